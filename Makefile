@@ -1,0 +1,99 @@
+# backoff -- build, demo and test.
+#
+#   make demo          build for Lua 5.4 and show the module at work
+#   make test          build for 5.1 5.2 5.3 5.4 and LuaJIT, run every test
+#   make               build the module for LUA_VERSION (default 5.4)
+#   make LUA_VERSION=luajit    (or 5.1, 5.2, 5.3)
+#
+# Missing Debian packages are installed (as root) or named (otherwise)
+# by .ci/deps.  The module never links liblua: the interpreter that
+# loads it provides the Lua API.
+
+LUA_VERSIONS := 5.1 5.2 5.3 5.4 luajit
+LUA_VERSION ?= 5.4
+
+CC      ?= cc
+CFLAGS  ?= -O2 -g
+LIBFLAG ?= -shared
+WARN    := -std=c99 -pedantic -Wall -Wextra -Wshadow -Wundef -Wcast-qual \
+           -Wcast-align -Wwrite-strings -Wstrict-prototypes \
+           -Wmissing-prototypes -Wmissing-declarations -Wredundant-decls \
+           -Wdouble-promotion -Wdeclaration-after-statement
+BUILD   := build
+CORE    := csrc/backoff.c csrc/backoff.h
+BINDING := csrc/lbackoff.c
+
+# interpreter and headers of one version
+lua_bin = $(if $(filter luajit,$1),luajit,lua$1)
+lua_inc = $(if $(filter luajit,$1),/usr/include/luajit-2.1,/usr/include/lua$1)
+lua_dev = $(if $(filter luajit,$1),luajit2 libluajit2-5.1-dev,$(if $(filter 5.1,$1),lua5.1 liblua5.1-0-dev,lua$1 liblua$1-dev))
+
+DEMO_PKGS := gcc libc6-dev $(call lua_dev,5.4)
+TEST_PKGS := gcc libc6-dev $(foreach v,$(LUA_VERSIONS),$(call lua_dev,$(v))) \
+             lua-busted lua-check luarocks libcmocka-dev valgrind clang \
+             nginx libnginx-mod-http-lua
+
+MODULE = $(BUILD)/$(1)/backoff/core.so
+# run Lua code against the build of version $(1)
+LUA_ENV = LUA_PATH='./lua/?.lua;;' LUA_CPATH='./$(BUILD)/$(1)/?.so;;'
+
+.PHONY: all demo test ctest lint clean deps-demo deps-test print
+
+all: deps-demo $(call MODULE,$(LUA_VERSION))
+
+$(BUILD)/%/backoff/core.so: $(CORE) $(BINDING)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(WARN) -fPIC -fvisibility=hidden -I$(call lua_inc,$*) \
+	  -Icsrc -o $@ csrc/backoff.c $(BINDING) $(LIBFLAG) -lm
+
+deps-demo:
+	@sh .ci/deps $(DEMO_PKGS)
+
+deps-test:
+	@sh .ci/deps $(TEST_PKGS)
+
+demo: deps-demo $(call MODULE,5.4)
+	@$(call LUA_ENV,5.4) lua5.4 examples/demo.lua
+
+print:
+	@echo "LUA_VERSION=$(LUA_VERSION) CC=$(CC) CFLAGS=$(CFLAGS)"
+	@echo "module: $(call MODULE,$(LUA_VERSION))"
+
+# ---- tests ---------------------------------------------------------
+
+TAP_DIR := $(BUILD)/tap
+SUITE   := TAP_DIR=$(TAP_DIR) sh spec/run-suite
+SANITIZE := -fsanitize=address,undefined -fno-sanitize-recover=all \
+            -fno-omit-frame-pointer
+
+test: deps-test $(foreach v,$(LUA_VERSIONS),$(call MODULE,$(v)))
+	@rm -rf $(TAP_DIR)
+	@$(SUITE) core-without-lua $(MAKE) -s core-alone
+	@$(SUITE) c-core $(MAKE) -s ctest
+	@for v in $(LUA_VERSIONS); do \
+	  $(SUITE) busted-$$v $(call lua_bin,$$v) /usr/bin/busted \
+	    --lpath='./lua/?.lua' --cpath="./$(BUILD)/$$v/?.so" -o TAP spec; \
+	done
+	@$(SUITE) luacheck $(MAKE) -s lint
+	@sh spec/tap-summary $(TAP_DIR)
+
+# the core must build with no Lua include path at all
+core-alone:
+	@mkdir -p $(BUILD)
+	@$(CC) $(WARN) -Werror -c csrc/backoff.c -o $(BUILD)/backoff-alone.o \
+	  && echo "ok - csrc/backoff.c builds with -std=c99 -pedantic -Werror and no Lua headers"
+
+# C tests of the core (cmocka, TAP output) under ASan and UBSan
+$(BUILD)/test_backoff: spec/c/test_backoff.c $(CORE)
+	@mkdir -p $(@D)
+	$(CC) -O1 -g $(WARN) -Werror $(SANITIZE) -Icsrc -o $@ \
+	  spec/c/test_backoff.c csrc/backoff.c -lcmocka -lm
+
+ctest: $(BUILD)/test_backoff
+	@CMOCKA_MESSAGE_OUTPUT=TAP $(BUILD)/test_backoff
+
+lint:
+	@luacheck -q lua spec examples && echo "ok - luacheck: no warnings"
+
+clean:
+	rm -rf $(BUILD) csrc/*.o csrc/*.so

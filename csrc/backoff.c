@@ -1,0 +1,545 @@
+/*
+** backoff.c -- the strategies, jitter, limits and per-attempt timeouts.
+**
+** The pipeline of one operation follows Perl's Algorithm::Backoff 0.010
+** and Algorithm::Backoff::RetryTimeouts step by step, including the
+** order of floating-point operations, so that results match the
+** reference to the last bit where the reference is well defined.  The
+** deliberate differences (API.md section 8) are marked "DIFF n".
+**
+** Every arithmetic result that could overflow goes through fin(), which
+** maps +-inf to +-DBL_MAX: a finite input then never produces inf or
+** NaN further down (no inf - inf, no 0 * inf), and fin() is the
+** identity on every finite value, so it never changes a normal result.
+*/
+
+#include <float.h>
+#include <math.h>
+
+#include "backoff.h"
+
+#define SAT_U64 UINT64_MAX
+
+/* ----------------------------------------------------------------- */
+/* numeric helpers                                                   */
+/* ----------------------------------------------------------------- */
+
+static double fin(double x) {
+  if (x > DBL_MAX) return DBL_MAX;
+  if (x < -DBL_MAX) return -DBL_MAX;
+  return x;
+}
+
+static int is_finite(double x) {
+  return x == x && x <= DBL_MAX && x >= -DBL_MAX;
+}
+
+/* +0.0 for -0.0, so that nothing returned prints as "-0" */
+static double unsign_zero(double x) {
+  return x == 0 ? 0.0 : x;
+}
+
+/* ----------------------------------------------------------------- */
+/* xoshiro256** 1.0 (Blackman and Vigna, 2018, public domain         */
+/* algorithm), seeded with splitmix64 as its authors recommend.      */
+/* ----------------------------------------------------------------- */
+
+static uint64_t rotl(uint64_t x, int k) {
+  return (x << k) | (x >> (64 - k));
+}
+
+static uint64_t splitmix64(uint64_t *x) {
+  uint64_t z = (*x += UINT64_C(0x9e3779b97f4a7c15));
+  z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
+  z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
+  return z ^ (z >> 31);
+}
+
+BACKOFF_API void backoff_rng_seed(backoff_rng *r, uint64_t seed) {
+  uint64_t x = seed;
+  int i;
+  for (i = 0; i < 4; i++)
+    r->s[i] = splitmix64(&x);
+  /* splitmix64 is a bijection of a counter: four consecutive outputs
+     cannot all be zero, but keep the invariant explicit */
+  if ((r->s[0] | r->s[1] | r->s[2] | r->s[3]) == 0)
+    r->s[1] = 0xff;
+}
+
+BACKOFF_API uint64_t backoff_rng_next(backoff_rng *r) {
+  uint64_t *s = r->s;
+  uint64_t result = rotl(s[1] * 5, 7) * 9;
+  uint64_t t = s[1] << 17;
+  s[2] ^= s[0];
+  s[3] ^= s[1];
+  s[1] ^= s[2];
+  s[0] ^= s[3];
+  s[2] ^= t;
+  s[3] = rotl(s[3], 45);
+  return result;
+}
+
+/* [0, 1) from the top 53 bits, as Lua 5.4's I2d does */
+BACKOFF_API double backoff_rng_double(backoff_rng *r) {
+  return (double)(backoff_rng_next(r) >> 11) * (1.0 / 9007199254740992.0);
+}
+
+/* ----------------------------------------------------------------- */
+/* names                                                             */
+/* ----------------------------------------------------------------- */
+
+static const char *const strategy_names[BACKOFF_NSTRATEGIES] = {
+  "constant", "linear", "exponential", "fibonacci", "lild", "limd",
+  "mild", "mimd", "decorrelated", "retry_timeouts"
+};
+
+static const char *const jitter_names[BACKOFF_NJITTERS] = {
+  "none", "proportional", "full", "equal"
+};
+
+BACKOFF_API const char *backoff_strategy_name(int s) {
+  return (s >= 0 && s < BACKOFF_NSTRATEGIES) ? strategy_names[s] : NULL;
+}
+
+BACKOFF_API const char *backoff_jitter_name(int j) {
+  return (j >= 0 && j < BACKOFF_NJITTERS) ? jitter_names[j] : NULL;
+}
+
+BACKOFF_API const char *backoff_give_up_name(int g) {
+  switch (g) {
+    case BACKOFF_MAX_ATTEMPTS: return "max_attempts";
+    case BACKOFF_MAX_DURATION: return "max_actual_duration";
+    default: return NULL;
+  }
+}
+
+BACKOFF_API const char *backoff_strerror(int status) {
+  switch (status) {
+    case BACKOFF_OK: return "ok";
+    case BACKOFF_EINVAL: return "invalid configuration";
+    case BACKOFF_ETIME: return "timestamp is not a finite number";
+    default: return "unknown status";
+  }
+}
+
+/* ----------------------------------------------------------------- */
+/* configuration                                                     */
+/* ----------------------------------------------------------------- */
+
+BACKOFF_API int backoff_config_init(backoff_config *c, int s) {
+  backoff_config d;
+  if (s < 0 || s >= BACKOFF_NSTRATEGIES) return BACKOFF_EINVAL;
+  d.strategy = (unsigned char)s;
+  d.jitter = BACKOFF_JITTER_NONE;
+  d.consider_actual_delay = 0;
+  d.timeouts = 0;
+  d.has_max_delay = 0;
+  d.initial = 0;
+  d.on_failure = 0;
+  d.on_success = 0;
+  d.min_delay = 0;
+  d.max_delay = 0;
+  d.jitter_factor = 0;
+  d.max_actual_duration = 0;
+  d.max_attempts = 0;
+  d.adjust_timeout_factor = 0.5;
+  d.min_adjust_timeout = 5;
+  d.timeout_jitter_factor = 0;
+  switch (s) {
+    case BACKOFF_EXPONENTIAL: d.on_failure = 2; break;
+    case BACKOFF_DECORRELATED: d.on_failure = 3; break;
+    case BACKOFF_RETRY_TIMEOUTS:
+      /* Algorithm::Backoff::RetryTimeouts' defaults */
+      d.initial = sqrt(2.0);
+      d.on_failure = sqrt(2.0);
+      d.consider_actual_delay = 1;
+      d.max_attempts = 8;
+      d.max_actual_duration = 50;
+      d.jitter = BACKOFF_JITTER_PROPORTIONAL;
+      d.jitter_factor = 0.1;
+      d.timeouts = 1;
+      d.timeout_jitter_factor = 0.1;
+      break;
+    default: break;
+  }
+  *c = d;
+  return BACKOFF_OK;
+}
+
+/* the value ranges: each field is one of these kinds */
+enum { R_ANY, R_NONNEG, R_UNIT, R_GE1 };
+
+static int field_range(int s, int f) {
+  switch (f) {
+    case BACKOFF_F_ON_FAILURE:
+      switch (s) {
+        case BACKOFF_LINEAR: case BACKOFF_LILD: case BACKOFF_LIMD:
+        case BACKOFF_CONSTANT:
+          return R_ANY;
+        case BACKOFF_DECORRELATED: return R_GE1;
+        default: return R_NONNEG;
+      }
+    case BACKOFF_F_ON_SUCCESS:
+      return (s == BACKOFF_LILD || s == BACKOFF_MILD) ? R_ANY : R_NONNEG;
+    case BACKOFF_F_JITTER_FACTOR:
+    case BACKOFF_F_ADJUST_TIMEOUT_FACTOR:
+    case BACKOFF_F_TIMEOUT_JITTER_FACTOR:
+      return R_UNIT;
+    default:
+      return R_NONNEG;
+  }
+}
+
+BACKOFF_API const char *backoff_field_rule(int s, int f) {
+  if (f == BACKOFF_F_STRATEGY) return "a known strategy";
+  if (f == BACKOFF_F_JITTER)
+    return s == BACKOFF_DECORRELATED ? "'none' (decorrelated is random)"
+                                     : "'none', 'proportional', 'full' or 'equal'";
+  switch (field_range(s, f)) {
+    case R_ANY: return "a finite number";
+    case R_UNIT: return "a number in [0, 1]";
+    case R_GE1: return "a finite number >= 1";
+    default: return "a finite number >= 0";
+  }
+}
+
+static int value_ok(int range, double v) {
+  if (!is_finite(v)) return 0;
+  switch (range) {
+    case R_NONNEG: return v >= 0;
+    case R_UNIT: return v >= 0 && v <= 1;
+    case R_GE1: return v >= 1;
+    default: return 1;
+  }
+}
+
+BACKOFF_API int backoff_config_check(const backoff_config *c, int *bad_field) {
+  int s = c->strategy, f = BACKOFF_F_NONE;
+  if (s >= BACKOFF_NSTRATEGIES) f = BACKOFF_F_STRATEGY;
+  else if (c->jitter >= BACKOFF_NJITTERS ||
+           (s == BACKOFF_DECORRELATED && c->jitter != BACKOFF_JITTER_NONE))
+    f = BACKOFF_F_JITTER;
+  else if (!value_ok(field_range(s, BACKOFF_F_INITIAL), c->initial))
+    f = BACKOFF_F_INITIAL;
+  else if (!value_ok(field_range(s, BACKOFF_F_ON_FAILURE), c->on_failure))
+    f = BACKOFF_F_ON_FAILURE;
+  else if (!value_ok(field_range(s, BACKOFF_F_ON_SUCCESS), c->on_success))
+    f = BACKOFF_F_ON_SUCCESS;
+  else if (!value_ok(R_NONNEG, c->min_delay)) f = BACKOFF_F_MIN_DELAY;
+  else if (c->has_max_delay ? !value_ok(R_NONNEG, c->max_delay)
+                             : s == BACKOFF_DECORRELATED)
+    f = BACKOFF_F_MAX_DELAY;  /* decorrelated needs its cap */
+  else if (!value_ok(R_UNIT, c->jitter_factor))
+    f = BACKOFF_F_JITTER_FACTOR;
+  else if (!value_ok(R_NONNEG, c->max_actual_duration))
+    f = BACKOFF_F_MAX_DURATION;
+  else if (!value_ok(R_UNIT, c->adjust_timeout_factor))
+    f = BACKOFF_F_ADJUST_TIMEOUT_FACTOR;
+  else if (!value_ok(R_NONNEG, c->min_adjust_timeout))
+    f = BACKOFF_F_MIN_ADJUST_TIMEOUT;
+  else if (!value_ok(R_UNIT, c->timeout_jitter_factor))
+    f = BACKOFF_F_TIMEOUT_JITTER_FACTOR;
+  if (bad_field) *bad_field = f;
+  return f == BACKOFF_F_NONE ? BACKOFF_OK : BACKOFF_EINVAL;
+}
+
+BACKOFF_API int backoff_config_timeouts_active(const backoff_config *c) {
+  return c->timeouts && c->max_actual_duration > 0;
+}
+
+/* ----------------------------------------------------------------- */
+/* jitter                                                            */
+/* ----------------------------------------------------------------- */
+
+/*
+** d * U(1-f, 1+f), written as the reference writes it:
+** min + (max - min) * rand().  Used for delays and for timeouts.
+*/
+static double scatter(backoff_rng *rng, double d, double f) {
+  double lo = fin(d * (1 - f));
+  double hi = fin(d * (1 + f));
+  return fin(lo + fin(hi - lo) * backoff_rng_double(rng));
+}
+
+static double add_jitter(backoff_t *b, double d) {
+  const backoff_config *c = &b->cfg;
+  double cap;
+  if (d == 0) return d;
+  switch (c->jitter) {
+    case BACKOFF_JITTER_PROPORTIONAL:
+      return c->jitter_factor > 0 ? scatter(&b->rng, d, c->jitter_factor) : d;
+    case BACKOFF_JITTER_FULL:
+      /* DIFF 7: draw from the capped delay (AWS's formulas) */
+      cap = (c->has_max_delay && d > c->max_delay) ? c->max_delay : d;
+      return cap * backoff_rng_double(&b->rng);
+    case BACKOFF_JITTER_EQUAL:
+      cap = (c->has_max_delay && d > c->max_delay) ? c->max_delay : d;
+      cap = cap / 2;
+      return cap + cap * backoff_rng_double(&b->rng);
+    default:
+      return d;
+  }
+}
+
+static double timeout_jitter(backoff_t *b, double t) {
+  double f = b->cfg.timeout_jitter_factor;
+  return (t != 0 && f > 0) ? scatter(&b->rng, t, f) : t;
+}
+
+/* step 8: max_delay, then 0, then min_delay (which wins) */
+static double clamp_delay(const backoff_config *c, double d) {
+  if (c->has_max_delay && d > c->max_delay) d = c->max_delay;
+  if (d < 0) d = 0;
+  if (d < c->min_delay) d = c->min_delay;
+  return d;
+}
+
+/* ----------------------------------------------------------------- */
+/* the strategies: the raw delay of one operation                    */
+/* ----------------------------------------------------------------- */
+
+static int is_increase_decrease(int s) {
+  return s == BACKOFF_LILD || s == BACKOFF_LIMD ||
+         s == BACKOFF_MILD || s == BACKOFF_MIMD;
+}
+
+/* n-th consecutive failure, n >= 1 */
+static double raw_failure(backoff_t *b) {
+  const backoff_config *c = &b->cfg;
+  uint64_t n = b->attempts;
+  double tmp;
+  switch (c->strategy) {
+    case BACKOFF_CONSTANT:
+      return c->initial;
+    case BACKOFF_LINEAR:
+      return fin(c->initial + fin((double)(n - 1) * c->on_failure));
+    case BACKOFF_EXPONENTIAL:
+    case BACKOFF_RETRY_TIMEOUTS:
+      /* initial * base ** (n-1); initial is finite, so fin() first
+         keeps 0 * inf (NaN) out */
+      return fin(c->initial * fin(pow(c->on_failure, (double)(n - 1))));
+    case BACKOFF_FIBONACCI:
+      /* seq_a = D(n-1), seq_b = D(n), the raw (unclamped) values */
+      if (n == 1) {
+        b->seq_a = 0;
+        b->seq_b = c->initial;
+      } else if (n == 2) {
+        b->seq_a = c->initial;
+        b->seq_b = c->on_failure;
+      } else {
+        tmp = b->seq_b;
+        b->seq_b = fin(b->seq_a + b->seq_b);
+        b->seq_a = tmp;
+      }
+      return b->seq_b;
+    case BACKOFF_LILD:
+    case BACKOFF_LIMD:
+      return b->has_seq ? fin(b->seq_a + c->on_failure) : c->initial;
+    case BACKOFF_MILD:
+    case BACKOFF_MIMD:
+      return b->has_seq ? fin(b->seq_a * c->on_failure) : c->initial;
+    case BACKOFF_DECORRELATED:
+      /* min(cap, U(base, prev * multiplier)), prev starting at base */
+      tmp = b->has_seq ? b->seq_a : c->initial;
+      tmp = fin(tmp * c->on_failure);
+      tmp = fin(c->initial + fin(tmp - c->initial) *
+                backoff_rng_double(&b->rng));
+      if (tmp > c->max_delay) tmp = c->max_delay;
+      b->seq_a = tmp;
+      b->has_seq = 1;
+      return tmp;
+    default:
+      return 0;
+  }
+}
+
+static double raw_success(backoff_t *b) {
+  const backoff_config *c = &b->cfg;
+  switch (c->strategy) {
+    case BACKOFF_LILD:
+    case BACKOFF_MILD:
+      return b->has_seq ? fin(b->seq_a + c->on_success) : c->initial;
+    case BACKOFF_LIMD:
+    case BACKOFF_MIMD:
+      return b->has_seq ? fin(b->seq_a * c->on_success) : c->initial;
+    case BACKOFF_DECORRELATED:
+      b->has_seq = 0;  /* prev returns to initial_delay */
+      return c->on_success;
+    default:
+      return c->on_success;
+  }
+}
+
+/* ----------------------------------------------------------------- */
+/* the pipeline                                                      */
+/* ----------------------------------------------------------------- */
+
+/* the timeout before any operation: max(jitter(dur * f), min) */
+static void initial_timeout(backoff_t *b) {
+  const backoff_config *c = &b->cfg;
+  double t;
+  if (!backoff_config_timeouts_active(c)) {
+    b->timeout = 0;
+    return;
+  }
+  t = fin(c->max_actual_duration * c->adjust_timeout_factor);
+  t = timeout_jitter(b, t);
+  if (c->min_adjust_timeout > t) t = c->min_adjust_timeout;
+  b->timeout = unsign_zero(t);
+}
+
+/* DIFF 3: a time before the last recorded one counts as that one */
+static double effective_ts(const backoff_t *b, double ts) {
+  if (b->has_last_ts) return ts < b->last_ts ? b->last_ts : ts;
+  if (b->cfg.timeouts && ts < b->start) return b->start;
+  return ts;
+}
+
+static void fill_result(const backoff_t *b, backoff_result *r, int give_up) {
+  r->give_up = give_up;
+  r->delay = give_up ? 0 : b->prev_delay;
+  r->has_timeout = backoff_config_timeouts_active(&b->cfg);
+  r->timeout = r->has_timeout ? b->timeout : 0;
+}
+
+/* a give-up records nothing but, with timeouts on, the time (as
+   RetryTimeouts::failure does) */
+static int give_up(backoff_t *b, double ts, backoff_result *r, int why) {
+  if (b->cfg.timeouts) {
+    b->last_ts = ts;
+    b->has_last_ts = 1;
+  }
+  fill_result(b, r, why);
+  return BACKOFF_OK;
+}
+
+/* steps 5 to 10 of API.md section 3 */
+static int record(backoff_t *b, double ts, double raw, backoff_result *r) {
+  const backoff_config *c = &b->cfg;
+  double d = raw, seq = 0;
+  /* step 5 */
+  if (!b->has_last_ts) {
+    b->last_ts = c->timeouts ? b->start : ts;
+    b->has_last_ts = 1;
+  }
+  /* step 6: raw + previous delay - time that actually passed */
+  if (c->consider_actual_delay)
+    d = fin(fin(d + b->prev_delay) - fin(ts - b->last_ts));
+  /* DIFF 2: the *I*D sequence advances from clamp(raw) when the
+     actual delay is considered, so the previous delay counts once */
+  if (c->consider_actual_delay && is_increase_decrease(c->strategy))
+    seq = clamp_delay(c, raw);
+  /* step 7 */
+  d = add_jitter(b, d);
+  /* step 8 */
+  d = clamp_delay(c, d);
+  /* step 9: per-attempt timeouts, as RetryTimeouts::_set_last_timeout */
+  if (backoff_config_timeouts_active(c)) {
+    double f = c->adjust_timeout_factor;
+    double left = fin(c->max_actual_duration - fin(ts - b->start));
+    double max_d = fin(left * (1 - f));
+    double t;
+    if (d > max_d) d = max_d;
+    t = fin(fin(left - d) * f);
+    t = timeout_jitter(b, t);
+    if (c->min_adjust_timeout > t) t = c->min_adjust_timeout;
+    b->timeout = unsign_zero(t);
+    if (d < 0) d = 0;  /* DIFF 5 */
+  }
+  /* step 10 */
+  d = unsign_zero(d);
+  b->last_ts = ts;
+  b->prev_delay = d;
+  if (is_increase_decrease(c->strategy)) {
+    b->seq_a = c->consider_actual_delay ? seq : d;
+    b->has_seq = 1;
+  }
+  fill_result(b, r, BACKOFF_CONTINUE);
+  return BACKOFF_OK;
+}
+
+BACKOFF_API int backoff_failure(backoff_t *b, double ts, backoff_result *r) {
+  const backoff_config *c = &b->cfg;
+  if (!is_finite(ts)) return BACKOFF_ETIME;
+  ts = effective_ts(b, ts);
+  /* step 1; a duration give-up lasts (timestamps may step back) */
+  if (c->max_actual_duration > 0 &&
+      (b->expired || fin(ts - b->start) >= c->max_actual_duration)) {
+    b->expired = 1;
+    return give_up(b, ts, r, BACKOFF_MAX_DURATION);
+  }
+  /* step 2 */
+  if (b->attempts < SAT_U64) b->attempts++;
+  if (c->max_attempts > 0 && b->attempts >= c->max_attempts)
+    return give_up(b, ts, r, BACKOFF_MAX_ATTEMPTS);
+  /* step 3 */
+  return record(b, ts, raw_failure(b), r);
+}
+
+BACKOFF_API int backoff_success(backoff_t *b, double ts, backoff_result *r) {
+  if (!is_finite(ts)) return BACKOFF_ETIME;
+  ts = effective_ts(b, ts);
+  /* step 4 */
+  b->attempts = 0;
+  return record(b, ts, raw_success(b), r);
+}
+
+/* ----------------------------------------------------------------- */
+/* life cycle and accessors                                          */
+/* ----------------------------------------------------------------- */
+
+static void fresh_state(backoff_t *b, double start) {
+  backoff_rng_seed(&b->rng, b->seed);
+  b->attempts = 0;
+  b->start = start;
+  b->last_ts = 0;
+  b->prev_delay = 0;
+  b->seq_a = b->seq_b = 0;
+  b->has_last_ts = b->has_seq = b->expired = 0;
+  initial_timeout(b);
+}
+
+BACKOFF_API int backoff_init(backoff_t *b, const backoff_config *c,
+                             double start, uint64_t seed, int *bad_field) {
+  int status = backoff_config_check(c, bad_field);
+  if (status != BACKOFF_OK) return status;
+  if (!is_finite(start)) return BACKOFF_ETIME;
+  b->cfg = *c;
+  /* -0.0 in, +0.0 out: keep every stored bound unsigned */
+  b->cfg.min_delay = unsign_zero(c->min_delay);
+  b->cfg.max_delay = unsign_zero(c->max_delay);
+  b->seed = seed;
+  b->user_flags = 0;
+  b->user_tag = 0;
+  fresh_state(b, start);
+  return BACKOFF_OK;
+}
+
+BACKOFF_API int backoff_reset(backoff_t *b, double start) {
+  if (!is_finite(start)) return BACKOFF_ETIME;
+  fresh_state(b, start);
+  return BACKOFF_OK;
+}
+
+BACKOFF_API void backoff_reseed(backoff_t *b, uint64_t seed) {
+  b->seed = seed;
+  backoff_rng_seed(&b->rng, seed);
+}
+
+BACKOFF_API double backoff_delay(const backoff_t *b) {
+  return b->prev_delay;
+}
+
+BACKOFF_API uint64_t backoff_attempts(const backoff_t *b) {
+  return b->attempts;
+}
+
+BACKOFF_API double backoff_start(const backoff_t *b) {
+  return b->start;
+}
+
+BACKOFF_API int backoff_timeout(const backoff_t *b, double *timeout) {
+  if (!backoff_config_timeouts_active(&b->cfg)) return 0;
+  *timeout = b->timeout;
+  return 1;
+}

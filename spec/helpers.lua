@@ -1,0 +1,28 @@
+-- Shared helpers for the specs.
+local helpers = {}
+
+-- a relative tolerance of 1e-9 (absolute near zero)
+function helpers.close(expected, actual, tol)
+  tol = tol or 1e-9
+  if type(actual) ~= "number" then return false end
+  local scale = math.max(math.abs(expected), math.abs(actual), 1e-300)
+  return math.abs(expected - actual) <= tol * math.max(scale, 1)
+    or math.abs(expected - actual) <= tol * scale
+end
+
+-- a finite number >= 0, and not -0
+function helpers.is_delay(v)
+  return type(v) == "number" and v == v and v >= 0 and v < math.huge
+    and (v ~= 0 or 1 / v > 0)
+end
+
+-- perl option table -> ours (start from start_timestamp, jitter off
+-- unless asked: the reference cases were produced with jitter off)
+function helpers.options(case)
+  local o = {}
+  for k, v in pairs(case.params) do o[k] = v end
+  o.start = case.start_timestamp
+  return o
+end
+
+return helpers
