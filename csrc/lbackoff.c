@@ -343,7 +343,7 @@ static void lbackoff_read_option(lua_State *L, lbackoff_spec *sp, int i) {
       if (o->field == BACKOFF_F_MAX_DELAY) sp->cfg.has_max_delay = 1;
       break;
     case OPT_COUNT:
-      if (t != LUA_TNUMBER || !(v >= 0) || v != floor(v))
+      if (t != LUA_TNUMBER || !(v >= 0) || v > DBL_MAX || v != floor(v))
         lbackoff_opt_error(L, sp, o->name, "an integer >= 0", -1);
       /* huge counts saturate: 1e300 attempts is "never give up" */
       sp->cfg.max_attempts = v >= 18446744073709551615.0
@@ -670,6 +670,7 @@ static int lbackoff_reset(lua_State *L) {
 static int lbackoff_clone(lua_State *L) {
   backoff_t *b = lbackoff_self(L), *c;
   double start;
+  int extra;
   if (b->user_flags & LB_HAS_START) {
     lbackoff_push_extra(L, b);
     lua_getfield(L, -1, "start");
@@ -678,13 +679,14 @@ static int lbackoff_clone(lua_State *L) {
   } else {
     start = lbackoff_now(L, b, "clone");
   }
-  lbackoff_push_extra(L, b);        /* extra (or nil) at index top */
-  c = lbackoff_newud(L);
+  lbackoff_push_extra(L, b);        /* extra (or nil) */
+  extra = lua_gettop(L);
+  c = lbackoff_newud(L);            /* extra, clone */
   memcpy(c, b, sizeof *c);
   if (!(c->user_flags & LB_SEEDED)) c->seed = lbackoff_fresh_seed(L, c);
   c->user_tag = lbackoff_process_tag();
   backoff_reset(c, start);          /* reseeds from c->seed */
-  if (c->user_flags & LB_EXTRA) lbackoff_set_extra(L, -2);
+  if (c->user_flags & LB_EXTRA) lbackoff_set_extra(L, extra);
   return 1;
 }
 

@@ -25,4 +25,17 @@ function helpers.options(case)
   return o
 end
 
+-- a one-line description of a flat table, keys sorted
+function helpers.dump(t)
+  local keys = {}
+  for k in pairs(t) do keys[#keys + 1] = tostring(k) end
+  table.sort(keys)
+  for i, k in ipairs(keys) do
+    local v = t[k]
+    keys[i] = k .. "=" .. (type(v) == "number" and ("%.17g"):format(v)
+      or tostring(v))
+  end
+  return "{" .. table.concat(keys, ", ") .. "}"
+end
+
 return helpers
