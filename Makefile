@@ -71,7 +71,8 @@ test: deps-test $(foreach v,$(LUA_VERSIONS),$(call MODULE,$(v)))
 	@$(SUITE) core-without-lua $(MAKE) -s core-alone
 	@$(SUITE) c-core $(MAKE) -s ctest
 	@for v in $(LUA_VERSIONS); do \
-	  $(SUITE) busted-$$v $(call lua_bin,$$v) /usr/bin/busted \
+	  case $$v in luajit) lua=luajit ;; *) lua=lua$$v ;; esac; \
+	  $(SUITE) busted-$$v $$lua /usr/bin/busted \
 	    --lpath='./lua/?.lua' --cpath="./$(BUILD)/$$v/?.so" -o TAP spec; \
 	done
 	@$(SUITE) luacheck $(MAKE) -s lint

@@ -208,7 +208,8 @@ describe("constructors", function()
     assert.is_nil(e.adjust_timeout_factor)
     assert.equal(3, backoff.decorrelated { initial_delay = 1,
       max_delay = 5 }:config().multiplier)
-    assert.equal(4, backoff.linear { initial_delay = 4 }:config().delay_increment)
+    local lin = backoff.linear { initial_delay = 4 }:config()
+    assert.equal(4, lin.delay_increment)
     assert.equal("proportional", backoff.constant { delay = 1,
       jitter_factor = 0.3 }:config().jitter)
     local f = backoff.fibonacci { initial_delay = 3 }:config()

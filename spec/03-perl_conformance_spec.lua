@@ -34,9 +34,9 @@ describe("the Perl reference's worked examples", function()
           end
         end
         if case.expect_accessors then
-          check_value(case, i, case.expect_accessors[i][1], b:delay(), "delay()")
-          check_value(case, i, case.expect_accessors[i][2], b:timeout(),
-            "timeout()")
+          local acc = case.expect_accessors[i]
+          check_value(case, i, acc[1], b:delay(), "delay()")
+          check_value(case, i, acc[2], b:timeout(), "timeout()")
         end
       end
     end)

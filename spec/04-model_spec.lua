@@ -5,6 +5,8 @@ local model = require "spec.model"
 
 local random = math.random
 
+local ID = { lild = true, limd = true, mild = true, mimd = true }
+
 local function pick(t) return t[random(#t)] end
 
 local function amount()
@@ -35,10 +37,14 @@ local function random_options(s)
   if (s == "exponential" or s == "retry_timeouts") and random(2) == 1 then
     o.exponent_base = pick { 2, 3, 1.5, math.sqrt(2), 0.5, 1 }
   end
-  if s == "lild" or s == "limd" then o.delay_increment_on_failure = increment() end
-  if s == "mild" or s == "mimd" then o.delay_multiple_on_failure = multiple() end
-  if s == "lild" or s == "mild" then o.delay_increment_on_success = increment() end
-  if s == "limd" or s == "mimd" then o.delay_multiple_on_success = multiple() end
+  local lf = s == "lild" or s == "limd"
+  local ls = s == "lild" or s == "mild"
+  if ID[s] then
+    if lf then o.delay_increment_on_failure = increment()
+    else o.delay_multiple_on_failure = multiple() end
+    if ls then o.delay_increment_on_success = increment()
+    else o.delay_multiple_on_success = multiple() end
+  end
   if (s == "constant" or s == "linear" or s == "exponential"
       or s == "fibonacci") and random(3) == 1 then
     o.delay_on_success = amount()

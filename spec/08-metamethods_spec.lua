@@ -6,7 +6,8 @@ describe("the object", function()
     local b = backoff.mimd { initial_delay = 1, delay_multiple_on_failure = 2,
       delay_multiple_on_success = 0.5 }
     assert.matches("^backoff%.mimd: ", tostring(b))
-    assert.matches("^backoff%.retry_timeouts", tostring(backoff.retry_timeouts()))
+    assert.matches("^backoff%.retry_timeouts",
+      tostring(backoff.retry_timeouts()))
   end)
 
   it("has one metatable named backoff.Backoff with __gc", function()
@@ -23,7 +24,6 @@ describe("the object", function()
     mt.__gc(b)
     mt.__gc(b)
     assert.equal(1, b:failure(0))
-    b = nil
     collectgarbage()
     collectgarbage()
   end)

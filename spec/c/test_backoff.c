@@ -1,0 +1,365 @@
+/*
+** test_backoff.c -- unit tests of the C core alone (no Lua), with
+** cmocka.  Built with ASan and UBSan (float-cast-overflow on) by
+** `make ctest`; prints TAP with CMOCKA_MESSAGE_OUTPUT=TAP.
+*/
+
+#include <float.h>
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "backoff.h"
+
+static backoff_t make(int s, double initial, double on_failure,
+                      double on_success) {
+  backoff_config c;
+  backoff_t b;
+  assert_int_equal(backoff_config_init(&c, s), BACKOFF_OK);
+  c.initial = initial;
+  c.on_failure = on_failure;
+  c.on_success = on_success;
+  if (s == BACKOFF_DECORRELATED) {
+    c.has_max_delay = 1;
+    c.max_delay = 100;
+  }
+  assert_int_equal(backoff_init(&b, &c, 0, 1, NULL), BACKOFF_OK);
+  return b;
+}
+
+static double on_failure(backoff_t *b, double ts) {
+  backoff_result r;
+  assert_int_equal(backoff_failure(b, ts, &r), BACKOFF_OK);
+  assert_int_equal(r.give_up, BACKOFF_CONTINUE);
+  return r.delay;
+}
+
+static double on_success(backoff_t *b, double ts) {
+  backoff_result r;
+  assert_int_equal(backoff_success(b, ts, &r), BACKOFF_OK);
+  return r.delay;
+}
+
+static int finite_nonneg(double d) {
+  return d == d && d >= 0 && d <= DBL_MAX && !(d == 0 && signbit(d));
+}
+
+/* ---- strategies ---- */
+
+static void test_constant(void **state) {
+  backoff_t b = make(BACKOFF_CONSTANT, 2, 0, 1);
+  (void)state;
+  assert_true(on_failure(&b, 0) == 2);
+  assert_true(on_failure(&b, 0) == 2);
+  assert_true(on_success(&b, 0) == 1);
+}
+
+static void test_linear(void **state) {
+  backoff_t b = make(BACKOFF_LINEAR, 1, 0.5, 0);
+  (void)state;
+  assert_true(on_failure(&b, 0) == 1);
+  assert_true(on_failure(&b, 0) == 1.5);
+  assert_true(on_failure(&b, 0) == 2);
+  assert_true(on_success(&b, 0) == 0);
+  assert_true(on_failure(&b, 0) == 1);
+}
+
+static void test_exponential(void **state) {
+  backoff_t b = make(BACKOFF_EXPONENTIAL, 5, 3, 0);
+  (void)state;
+  assert_true(on_failure(&b, 1) == 5);
+  assert_true(on_failure(&b, 1) == 15);
+  assert_true(on_failure(&b, 1) == 45);
+}
+
+static void test_fibonacci(void **state) {
+  backoff_t b = make(BACKOFF_FIBONACCI, 0, 1, 0);
+  double want[] = {0, 1, 1, 2, 3, 5, 8, 13, 21, 34};
+  int i;
+  (void)state;
+  for (i = 0; i < 10; i++)
+    assert_true(on_failure(&b, 0) == want[i]);
+  assert_true(on_success(&b, 0) == 0);
+  assert_true(on_failure(&b, 0) == 0);     /* restarts after a success */
+}
+
+static void test_limd_synopsis(void **state) {
+  backoff_config c;
+  backoff_t b;
+  double want[] = {2, 6, 10, 2, 1, 1, 5, 9, 13};
+  int i;
+  (void)state;
+  backoff_config_init(&c, BACKOFF_LIMD);
+  c.initial = 2;
+  c.on_failure = 4;
+  c.on_success = 0.2;
+  c.min_delay = 1;
+  assert_int_equal(backoff_init(&b, &c, 0, 1, NULL), BACKOFF_OK);
+  for (i = 0; i < 9; i++) {
+    double d = (i >= 3 && i < 6) ? on_success(&b, 0) : on_failure(&b, 0);
+    assert_true(fabs(d - want[i]) < 1e-12);
+  }
+}
+
+static void test_mimd(void **state) {
+  backoff_t b = make(BACKOFF_MIMD, 3, 2, 0.5);
+  (void)state;
+  assert_true(on_failure(&b, 0) == 3);
+  assert_true(on_failure(&b, 0) == 6);
+  assert_true(on_success(&b, 0) == 3);
+  assert_true(on_success(&b, 0) == 1.5);
+}
+
+static void test_decorrelated_bounds(void **state) {
+  backoff_t b = make(BACKOFF_DECORRELATED, 1, 3, 0);
+  double prev = 1, d;
+  int i;
+  (void)state;
+  for (i = 0; i < 10000; i++) {
+    d = on_failure(&b, 0);
+    assert_true(d >= 1 && d <= 100 && d <= prev * 3 + 1e-9);
+    prev = d;
+  }
+}
+
+/* ---- limits, clamps, give-ups ---- */
+
+static void test_min_wins_over_max(void **state) {
+  backoff_config c;
+  backoff_t b;
+  (void)state;
+  backoff_config_init(&c, BACKOFF_CONSTANT);
+  c.initial = 50;
+  c.has_max_delay = 1;
+  c.max_delay = 10;
+  c.min_delay = 20;
+  assert_int_equal(backoff_init(&b, &c, 0, 1, NULL), BACKOFF_OK);
+  assert_true(on_failure(&b, 0) == 20);
+}
+
+static void test_max_attempts(void **state) {
+  backoff_config c;
+  backoff_t b;
+  backoff_result r;
+  (void)state;
+  backoff_config_init(&c, BACKOFF_CONSTANT);
+  c.initial = 1;
+  c.max_attempts = 2;
+  assert_int_equal(backoff_init(&b, &c, 0, 1, NULL), BACKOFF_OK);
+  assert_true(on_failure(&b, 0) == 1);
+  backoff_failure(&b, 0, &r);
+  assert_int_equal(r.give_up, BACKOFF_MAX_ATTEMPTS);
+  assert_string_equal(backoff_give_up_name(r.give_up), "max_attempts");
+  on_success(&b, 0);
+  assert_true(on_failure(&b, 0) == 1);
+}
+
+static void test_max_duration_sticks(void **state) {
+  backoff_config c;
+  backoff_t b;
+  backoff_result r;
+  (void)state;
+  backoff_config_init(&c, BACKOFF_CONSTANT);
+  c.initial = 1;
+  c.max_actual_duration = 10;
+  assert_int_equal(backoff_init(&b, &c, 100, 1, NULL), BACKOFF_OK);
+  assert_true(on_failure(&b, 105) == 1);
+  backoff_failure(&b, 110, &r);
+  assert_int_equal(r.give_up, BACKOFF_MAX_DURATION);
+  backoff_failure(&b, 101, &r);      /* the clock stepped back */
+  assert_int_equal(r.give_up, BACKOFF_MAX_DURATION);
+  assert_int_equal(backoff_reset(&b, 200), BACKOFF_OK);
+  assert_true(on_failure(&b, 201) == 1);
+}
+
+static void test_overflow_saturates(void **state) {
+  int s, j, i;
+  (void)state;
+  for (s = 0; s < BACKOFF_NSTRATEGIES; s++)
+    for (j = 0; j < BACKOFF_NJITTERS; j++) {
+      backoff_config c;
+      backoff_t b;
+      backoff_result r;
+      backoff_config_init(&c, s);
+      c.initial = 1e308;
+      c.on_failure = (s == BACKOFF_CONSTANT) ? 0 : 1e308;
+      c.on_success = (s == BACKOFF_LILD || s == BACKOFF_MILD ||
+                      s == BACKOFF_LIMD || s == BACKOFF_MIMD) ? 1e308 : 0;
+      c.jitter = (unsigned char)(s == BACKOFF_DECORRELATED ? 0 : j);
+      c.jitter_factor = (j == BACKOFF_JITTER_PROPORTIONAL) ? 1 : 0;
+      c.consider_actual_delay = 1;
+      c.max_attempts = 0;
+      c.max_actual_duration = (s == BACKOFF_RETRY_TIMEOUTS) ? 1e308 : 0;
+      c.has_max_delay = (s == BACKOFF_DECORRELATED);
+      c.max_delay = DBL_MAX;
+      assert_int_equal(backoff_init(&b, &c, -1e308, 7, NULL), BACKOFF_OK);
+      for (i = 0; i < 3000; i++) {
+        assert_int_equal(backoff_failure(&b, (i % 5) * 1e307, &r),
+                         BACKOFF_OK);
+        assert_true(finite_nonneg(r.delay));
+        if (r.has_timeout) assert_true(finite_nonneg(r.timeout));
+      }
+      assert_true(finite_nonneg(backoff_delay(&b)));
+    }
+}
+
+static void test_attempts_saturate(void **state) {
+  backoff_t b = make(BACKOFF_EXPONENTIAL, 1, 2, 0);
+  (void)state;
+  b.attempts = UINT64_MAX - 1;       /* as after 2^64 - 2 failures */
+  assert_true(on_failure(&b, 0) == DBL_MAX);
+  assert_true(on_failure(&b, 0) == DBL_MAX);
+  assert_true(backoff_attempts(&b) == UINT64_MAX);
+}
+
+/* ---- errors leave state alone ---- */
+
+static void test_bad_config_rejected(void **state) {
+  backoff_config c;
+  backoff_t b;
+  int bad;
+  (void)state;
+  memset(&b, 0xab, sizeof b);
+  backoff_config_init(&c, BACKOFF_CONSTANT);
+  c.initial = -1;
+  assert_int_equal(backoff_init(&b, &c, 0, 1, &bad), BACKOFF_EINVAL);
+  assert_int_equal(bad, BACKOFF_F_INITIAL);
+  assert_int_equal(b.cfg.strategy, 0xab);   /* untouched */
+  c.initial = NAN;
+  assert_int_equal(backoff_config_check(&c, &bad), BACKOFF_EINVAL);
+  c.initial = INFINITY;
+  assert_int_equal(backoff_config_check(&c, &bad), BACKOFF_EINVAL);
+  c.initial = 1;
+  c.jitter_factor = 1.5;
+  assert_int_equal(backoff_config_check(&c, &bad), BACKOFF_EINVAL);
+  assert_int_equal(bad, BACKOFF_F_JITTER_FACTOR);
+  c.jitter_factor = 0;
+  c.strategy = BACKOFF_NSTRATEGIES;
+  assert_int_equal(backoff_config_check(&c, &bad), BACKOFF_EINVAL);
+  assert_int_equal(backoff_config_init(&c, 99), BACKOFF_EINVAL);
+  backoff_config_init(&c, BACKOFF_DECORRELATED);
+  c.initial = 1;
+  assert_int_equal(backoff_config_check(&c, &bad), BACKOFF_EINVAL);
+  assert_int_equal(bad, BACKOFF_F_MAX_DELAY);
+  assert_int_equal(backoff_init(&b, &c, NAN, 1, NULL), BACKOFF_EINVAL);
+}
+
+static void test_bad_timestamp_changes_nothing(void **state) {
+  backoff_config c;
+  backoff_t a, b;
+  backoff_result r;
+  int i;
+  (void)state;
+  backoff_config_init(&c, BACKOFF_EXPONENTIAL);
+  c.initial = 1;
+  c.jitter = BACKOFF_JITTER_FULL;
+  c.consider_actual_delay = 1;
+  backoff_init(&a, &c, 0, 99, NULL);
+  b = a;
+  for (i = 0; i < 50; i++) {
+    backoff_result ra, rb;
+    assert_int_equal(backoff_failure(&b, NAN, &r), BACKOFF_ETIME);
+    assert_int_equal(backoff_success(&b, INFINITY, &r), BACKOFF_ETIME);
+    assert_int_equal(backoff_reset(&b, -INFINITY), BACKOFF_ETIME);
+    assert_memory_equal(&a, &b, sizeof a);
+    backoff_failure(&a, i, &ra);
+    backoff_failure(&b, i, &rb);
+    assert_true(ra.delay == rb.delay);
+  }
+}
+
+static void test_decreasing_timestamp(void **state) {
+  backoff_config c;
+  backoff_t b;
+  (void)state;
+  backoff_config_init(&c, BACKOFF_CONSTANT);
+  c.initial = 2;
+  c.consider_actual_delay = 1;
+  backoff_init(&b, &c, 0, 1, NULL);
+  assert_true(on_failure(&b, 10) == 2);
+  assert_true(on_failure(&b, 3) == 4);   /* as if at 10 */
+}
+
+/* ---- timeouts ---- */
+
+static void test_retry_timeouts_scenario(void **state) {
+  backoff_config c;
+  backoff_t b;
+  backoff_result r;
+  double t;
+  (void)state;
+  backoff_config_init(&c, BACKOFF_RETRY_TIMEOUTS);
+  c.jitter_factor = 0;
+  c.timeout_jitter_factor = 0;
+  assert_int_equal(backoff_init(&b, &c, 0, 1, NULL), BACKOFF_OK);
+  assert_int_equal(backoff_timeout(&b, &t), 1);
+  assert_true(t == 25);
+  backoff_failure(&b, 0, &r);
+  assert_true(fabs(r.delay - sqrt(2.0)) < 1e-12);
+  assert_true(fabs(r.timeout - 24.292893218813454) < 1e-12);
+  assert_int_equal(r.has_timeout, 1);
+}
+
+/* ---- generator ---- */
+
+static void test_rng_reference_values(void **state) {
+  backoff_rng r;
+  uint64_t x = 0;
+  (void)state;
+  /* splitmix64 from 0: its published first output */
+  backoff_rng_seed(&r, 0);
+  assert_true(r.s[0] == UINT64_C(0xe220a8397b1dcdaf));
+  /* xoshiro256** from state {1, 2, 3, 4}: the reference code's output
+     is rotl(2 * 5, 7) * 9 = 11520 */
+  r.s[0] = 1; r.s[1] = 2; r.s[2] = 3; r.s[3] = 4;
+  assert_true(backoff_rng_next(&r) == 11520);
+  assert_true(backoff_rng_next(&r) == 0);
+  assert_true(backoff_rng_next(&r) == UINT64_C(1509978240));
+  for (x = 0; x < 100000; x++) {
+    double u = backoff_rng_double(&r);
+    assert_true(u >= 0 && u < 1);
+  }
+}
+
+static void test_names(void **state) {
+  (void)state;
+  assert_string_equal(backoff_strategy_name(BACKOFF_RETRY_TIMEOUTS),
+                      "retry_timeouts");
+  assert_null(backoff_strategy_name(-1));
+  assert_string_equal(backoff_jitter_name(BACKOFF_JITTER_EQUAL), "equal");
+  assert_null(backoff_jitter_name(BACKOFF_NJITTERS));
+  assert_null(backoff_give_up_name(BACKOFF_CONTINUE));
+  assert_string_equal(backoff_strerror(BACKOFF_ETIME),
+                      "timestamp is not a finite number");
+  assert_string_equal(backoff_field_rule(BACKOFF_LILD, BACKOFF_F_ON_SUCCESS),
+                      "a finite number");
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+    cmocka_unit_test(test_constant),
+    cmocka_unit_test(test_linear),
+    cmocka_unit_test(test_exponential),
+    cmocka_unit_test(test_fibonacci),
+    cmocka_unit_test(test_limd_synopsis),
+    cmocka_unit_test(test_mimd),
+    cmocka_unit_test(test_decorrelated_bounds),
+    cmocka_unit_test(test_min_wins_over_max),
+    cmocka_unit_test(test_max_attempts),
+    cmocka_unit_test(test_max_duration_sticks),
+    cmocka_unit_test(test_overflow_saturates),
+    cmocka_unit_test(test_attempts_saturate),
+    cmocka_unit_test(test_bad_config_rejected),
+    cmocka_unit_test(test_bad_timestamp_changes_nothing),
+    cmocka_unit_test(test_decreasing_timestamp),
+    cmocka_unit_test(test_retry_timeouts_scenario),
+    cmocka_unit_test(test_rng_reference_values),
+    cmocka_unit_test(test_names),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
