@@ -3,5 +3,7 @@ max_line_length = 80
 exclude_files = { "build/**" }
 files["spec/**/*.lua"] = { std = "+busted" }
 files["spec/data/*.lua"] = { max_line_length = false }
-files["examples/**/*.lua"] = { read_globals = { "ngx" } }
+files["examples/**/*.lua"] = { globals = { "ngx" } }
 files["rockspec/*.rockspec"] = { std = "rockspec" }
+files["spec/nginx/app.lua"] = { globals = { "ngx" } }
+files["bin/backoff-delays"] = { std = "max" }

@@ -30,14 +30,14 @@ lua_dev = $(if $(filter luajit,$1),luajit2 libluajit2-5.1-dev,$(if $(filter 5.1,
 
 DEMO_PKGS := gcc libc6-dev $(call lua_dev,5.4)
 TEST_PKGS := gcc libc6-dev $(foreach v,$(LUA_VERSIONS),$(call lua_dev,$(v))) \
-             lua-busted lua-check luarocks libcmocka-dev valgrind clang \
-             nginx libnginx-mod-http-lua
+             lua-busted lua-check lua-socket luarocks libcmocka-dev \
+             valgrind clang nginx libnginx-mod-http-lua
 
 MODULE = $(BUILD)/$(1)/backoff/core.so
 # run Lua code against the build of version $(1)
 LUA_ENV = LUA_PATH='./lua/?.lua;;' LUA_CPATH='./$(BUILD)/$(1)/?.so;;'
 
-.PHONY: all demo test ctest lint clean deps-demo deps-test print
+.PHONY: all demo test ctest lint clean deps-demo deps-test print rock-test core-alone
 
 all: deps-demo $(call MODULE,$(LUA_VERSION))
 
@@ -75,6 +75,8 @@ test: deps-test $(foreach v,$(LUA_VERSIONS),$(call MODULE,$(v)))
 	  $(SUITE) busted-$$v $$lua /usr/bin/busted \
 	    --lpath='./lua/?.lua' --cpath="./$(BUILD)/$$v/?.so" -o TAP spec; \
 	done
+	@$(SUITE) nginx timeout 300 lua5.4 spec/nginx/run.lua $(CURDIR)
+	@$(SUITE) luarocks-make $(MAKE) -s rock-test
 	@$(SUITE) luacheck $(MAKE) -s lint
 	@sh spec/tap-summary $(TAP_DIR)
 
@@ -93,8 +95,28 @@ $(BUILD)/test_backoff: spec/c/test_backoff.c $(CORE)
 ctest: $(BUILD)/test_backoff
 	@CMOCKA_MESSAGE_OUTPUT=TAP $(BUILD)/test_backoff
 
+# the other build path: `luarocks make` into a private tree, then the
+# specs against the installed rock only (run from a copy with no lua/,
+# build/ or .busted, so nothing from this tree can be picked up)
+ROCK := $(BUILD)/rock
+rock-test:
+	@rm -rf $(ROCK) && mkdir -p $(ROCK)/src $(ROCK)/run
+	@cp -r csrc lua bin rockspec $(ROCK)/src/ && cp -r spec $(ROCK)/run/
+	@cd $(ROCK)/src && luarocks make --tree ../tree >../make.log 2>&1 \
+	  || { cat ../make.log; exit 1; }
+	@cd $(ROCK)/run && eval "$$(luarocks path --tree ../tree)" && \
+	  test -f ../tree/lib/lua/5.1/backoff/core.so && \
+	  test -f ../tree/share/lua/5.1/backoff.lua && \
+	  echo "ok - luarocks make installed backoff into a tree" && \
+	  test "$$(../tree/bin/backoff-delays -a LIMD --initial-delay 2 \
+	    --min-delay 1 --delay-increment-on-failure 4 \
+	    --delay-multiple-on-success 0.2 0 0 0 1 1 1 0 0 0 | tr '\n' ' ')" \
+	    = "2 6 10 2 1 1 5 9 13 " && \
+	  echo "ok - the installed backoff-delays prints the LIMD example" && \
+	  lua5.1 /usr/bin/busted -o TAP spec
+
 lint:
-	@luacheck -q lua spec examples && echo "ok - luacheck: no warnings"
+	@luacheck -q lua spec examples bin/backoff-delays && echo "ok - luacheck: no warnings"
 
 clean:
 	rm -rf $(BUILD) csrc/*.o csrc/*.so

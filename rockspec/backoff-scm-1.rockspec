@@ -27,10 +27,14 @@ build = {
   type = "builtin",
   modules = {
     backoff = "lua/backoff.lua",
+    ["backoff.cli"] = "lua/backoff/cli.lua",
     ["backoff.core"] = {
       sources = { "csrc/backoff.c", "csrc/lbackoff.c" },
       incdirs = { "csrc" },
       libraries = { "m" },
     },
+  },
+  install = {
+    bin = { ["backoff-delays"] = "bin/backoff-delays" },
   },
 }

@@ -1,0 +1,114 @@
+-- backoff-delays, run in-process: the Perl docs' show-backoff-delays
+-- illustrations, and its own options.
+local cli = require "backoff.cli"
+local cases = require "spec.data.perl_examples"
+
+local function run(argv)
+  local out, notes = {}, {}
+  local status = cli.run(argv, function(s) out[#out + 1] = s end,
+    function(s) notes[#notes + 1] = s end)
+  return status, table.concat(out), table.concat(notes)
+end
+
+local function lines(s)
+  local t = {}
+  for l in s:gmatch("[^\n]+") do t[#t + 1] = l end
+  return t
+end
+
+describe("backoff-delays", function()
+  it("prints 2 6 10 2 1 1 5 9 13 for the LIMD example", function()
+    local status, out = run { "-a", "LIMD", "--initial-delay", "2",
+      "--min-delay", "1", "--delay-increment-on-failure", "4",
+      "--delay-multiple-on-success", "0.2",
+      "0", "0", "0", "1", "1", "1", "0", "0", "0" }
+    assert.equal(0, status)
+    assert.equal("2\n6\n10\n2\n1\n1\n5\n9\n13\n", out)
+  end)
+
+  it("runs the LIMD example as the Perl docs spell it (-a LILD), "
+     .. "with a note", function()
+    local status, out, note = run { "-a", "LILD", "--initial-delay", "2",
+      "--min-delay", "1", "--delay-increment-on-failure", "4",
+      "--delay-multiple-on-success", "0.2",
+      "0", "0", "0", "1", "1", "1", "0", "0", "0" }
+    assert.equal(0, status)
+    assert.equal("2\n6\n10\n2\n1\n1\n5\n9\n13\n", out)
+    assert.matches("using limd", note)
+  end)
+
+  for _, case in ipairs(cases) do
+    local simple = case.start_timestamp == 0 and type(case.expect[1])
+      == "number"
+    for _, op in ipairs(case.ops) do simple = simple and op[2] == 0 end
+    if simple then
+      it("reproduces " .. case.name, function()
+        local argv = { "-a", case.strategy:upper() }
+        for k, v in pairs(case.params) do
+          if v == true then
+            argv[#argv + 1] = "--" .. k:gsub("_", "-")
+          else
+            argv[#argv + 1] = "--" .. k:gsub("_", "-")
+            argv[#argv + 1] = tostring(v)
+          end
+        end
+        for _, op in ipairs(case.ops) do
+          argv[#argv + 1] = op[1] == "failure" and "0" or "1"
+        end
+        local status, out = run(argv)
+        assert.equal(0, status, out)
+        local got = lines(out)
+        for i, want in ipairs(case.expect) do
+          if want == -1 then
+            assert.matches("^give up %(", got[i])
+          else
+            assert.equal(want, tonumber(got[i]), case.name .. " line " .. i)
+          end
+        end
+      end)
+    end
+  end
+
+  it("prints timeouts, give-ups and explicit times", function()
+    local status, out = run { "-a", "retry_timeouts", "--jitter-factor", "0",
+      "--timeout-jitter-factor", "0", "--max-attempts", "3",
+      "0", "0@1.4142135623730951", "0@2" }
+    assert.equal(0, status)
+    local l = lines(out)
+    assert.equal("1.414213562\t24.29289322", l[1])
+    assert.equal("2\t23.29289322", l[2])
+    assert.equal("give up (max_attempts)", l[3])
+  end)
+
+  it("draws a chart scaled to the largest delay", function()
+    local _, out = run { "-a", "exponential", "--initial-delay", "1",
+      "--chart", "0", "0", "0" }
+    local l = lines(out)
+    assert.matches("^4%s+" .. ("#"):rep(50) .. "$", l[3])
+    assert.matches("^2%s+" .. ("#"):rep(25) .. "$", l[2])
+  end)
+
+  it("makes jitter reproducible with --seed", function()
+    local argv = { "-a", "exponential", "--initial-delay", "1", "--jitter",
+      "full", "--seed", "42", "0", "0", "0" }
+    local _, a = run(argv)
+    local _, b = run(argv)
+    assert.equal(a, b)
+    assert.equal("0.08386297106", lines(a)[1])
+  end)
+
+  it("explains mistakes and exits 2", function()
+    local status, out = run { "-a", "constant", "--dealy", "1", "0" }
+    assert.equal(2, status)
+    assert.matches("unknown option 'dealy'", out)
+    status, out = run { "0", "1" }
+    assert.equal(2, status)
+    assert.matches("no strategy", out)
+    status, out = run { "-a", "constant", "--delay", "1", "2" }
+    assert.equal(2, status)
+    assert.matches("bad outcome '2'", out)
+    status, out = run { "--help" }
+    assert.equal(0, status)
+    assert.matches("usage: backoff%-delays", out)
+  end)
+end)
