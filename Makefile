@@ -37,7 +37,8 @@ MODULE = $(BUILD)/$(1)/backoff/core.so
 # run Lua code against the build of version $(1)
 LUA_ENV = LUA_PATH='./lua/?.lua;;' LUA_CPATH='./$(BUILD)/$(1)/?.so;;'
 
-.PHONY: all demo test ctest lint clean deps-demo deps-test print rock-test core-alone
+.PHONY: all demo test ctest lint clean deps-demo deps-test print rock-test core-alone \
+        asan-busted valgrind allocfail fuzz threads
 
 all: deps-demo $(call MODULE,$(LUA_VERSION))
 
@@ -45,6 +46,12 @@ $(BUILD)/%/backoff/core.so: $(CORE) $(BINDING)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(WARN) -fPIC -fvisibility=hidden -I$(call lua_inc,$*) \
 	  -Icsrc -o $@ csrc/backoff.c $(BINDING) $(LIBFLAG) -lm
+
+# the module with ASan + UBSan (float-cast-overflow on), for PUC Lua
+$(BUILD)/asan-%/backoff/core.so: $(CORE) $(BINDING)
+	@mkdir -p $(@D)
+	$(CC) -O1 -g $(WARN) -Werror $(SANITIZE) -fPIC -I$(call lua_inc,$*) \
+	  -Icsrc -o $@ csrc/backoff.c $(BINDING) -shared -lm
 
 deps-demo:
 	@sh .ci/deps $(DEMO_PKGS)
@@ -75,6 +82,13 @@ test: deps-test $(foreach v,$(LUA_VERSIONS),$(call MODULE,$(v)))
 	  $(SUITE) busted-$$v $$lua /usr/bin/busted \
 	    --lpath='./lua/?.lua' --cpath="./$(BUILD)/$$v/?.so" -o TAP spec; \
 	done
+	@for v in 5.1 5.4; do \
+	  $(SUITE) asan-busted-$$v $(MAKE) -s asan-busted V=$$v; done
+	@for v in 5.1 5.4 luajit; do \
+	  $(SUITE) valgrind-$$v $(MAKE) -s valgrind V=$$v; done
+	@$(SUITE) allocfail $(MAKE) -s allocfail
+	@$(SUITE) fuzz $(MAKE) -s fuzz FUZZ_TIME=20
+	@$(SUITE) threads $(MAKE) -s threads
 	@$(SUITE) nginx timeout 300 lua5.4 spec/nginx/run.lua $(CURDIR)
 	@$(SUITE) luarocks-make $(MAKE) -s rock-test
 	@$(SUITE) luacheck $(MAKE) -s lint
@@ -114,6 +128,58 @@ rock-test:
 	    = "2 6 10 2 1 1 5 9 13 " && \
 	  echo "ok - the installed backoff-delays prints the LIMD example" && \
 	  lua5.1 /usr/bin/busted -o TAP spec
+
+# the whole busted suite against the sanitizer build (LD_PRELOAD puts
+# the ASan runtime first, as a plain lua binary is not instrumented)
+ASAN_RT = $(shell $(CC) -print-file-name=libasan.so)
+asan-busted: $(BUILD)/asan-$(V)/backoff/core.so
+	@LD_PRELOAD=$(ASAN_RT) ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 \
+	  UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+	  lua$(V) /usr/bin/busted --lpath='./lua/?.lua' \
+	  --cpath='./$(BUILD)/asan-$(V)/?.so' -o TAP spec
+
+# valgrind over the smoke script (V = 5.1, 5.4 or luajit)
+valgrind: $(call MODULE,$(V))
+	@$(call LUA_ENV,$(V)) valgrind -q --error-exitcode=1 --leak-check=full \
+	  --errors-for-leak-kinds=definite,indirect --track-origins=yes \
+	  $(call lua_bin,$(V)) spec/valgrind_smoke.lua \
+	  && echo "ok - valgrind: no error, no leak ($(call lua_bin,$(V)))"
+
+# every allocation of the smoke script failed in turn (Lua 5.4 host)
+$(BUILD)/allocfail: spec/c/allocfail.c $(CORE) $(BINDING)
+	@mkdir -p $(@D)
+	$(CC) -O1 -g $(WARN) -Werror $(SANITIZE) -I$(call lua_inc,5.4) -Icsrc \
+	  -o $@ spec/c/allocfail.c csrc/backoff.c $(BINDING) -llua5.4 -lm
+
+allocfail: $(BUILD)/allocfail
+	@ASAN_OPTIONS=detect_leaks=1 $(BUILD)/allocfail \
+	  spec/valgrind_smoke.lua './lua/?.lua' | grep -v '^valgrind_smoke'
+
+# libFuzzer on the core: make fuzz FUZZ_TIME=600 (seconds)
+FUZZ_TIME ?= 60
+$(BUILD)/fuzz_backoff: spec/fuzz/fuzz_backoff.c $(CORE)
+	@mkdir -p $(@D)
+	clang -O1 -g -std=c99 -fsanitize=fuzzer,address,undefined \
+	  -fno-sanitize-recover=all -Icsrc -o $@ spec/fuzz/fuzz_backoff.c \
+	  csrc/backoff.c -lm
+
+fuzz: $(BUILD)/fuzz_backoff
+	@mkdir -p $(BUILD)/fuzz-corpus
+	@$(BUILD)/fuzz_backoff -max_total_time=$(FUZZ_TIME) -print_final_stats=1 \
+	  $(BUILD)/fuzz-corpus spec/fuzz/corpus >$(BUILD)/fuzz.log 2>&1; \
+	  s=$$?; tail -n 3 $(BUILD)/fuzz.log | sed 's/^/# /'; \
+	  runs=$$(sed -n 's/^stat::number_of_executed_units: *//p' $(BUILD)/fuzz.log); \
+	  if [ $$s -eq 0 ]; then echo "ok - libFuzzer: $$runs executions in $(FUZZ_TIME) s, every invariant held"; \
+	  else cat $(BUILD)/fuzz.log | tail -n 40; echo "not ok - libFuzzer found a failure"; exit 1; fi
+
+# threads each driving their own objects, under TSan
+$(BUILD)/threads: spec/c/threads.c $(CORE)
+	@mkdir -p $(@D)
+	$(CC) -O1 -g $(WARN) -Werror -fsanitize=thread -pthread -Icsrc -o $@ \
+	  spec/c/threads.c csrc/backoff.c -lm
+
+threads: $(BUILD)/threads
+	@TSAN_OPTIONS=halt_on_error=1 $(BUILD)/threads
 
 lint:
 	@luacheck -q lua spec examples bin/backoff-delays && echo "ok - luacheck: no warnings"

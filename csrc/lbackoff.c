@@ -10,12 +10,14 @@
 */
 
 #define _POSIX_C_SOURCE 200809L
+#define _DEFAULT_SOURCE   /* MADV_WIPEONFORK */
 
 #include <errno.h>
 #include <float.h>
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -54,7 +56,19 @@
 
 /* upvalues of every function of this module */
 #define UV_META lua_upvalueindex(1)     /* the metatable */
-#define UV_COUNTER lua_upvalueindex(2)  /* uint64_t, for fresh seeds */
+#define UV_STATE lua_upvalueindex(2)    /* lbackoff_state */
+
+/*
+** Per lua_State (no C statics): a counter for fresh seeds, and a page
+** the kernel zeroes in a forked child (MADV_WIPEONFORK), holding the
+** current process's tag: checking for a fork costs one load, not a
+** getpid() system call per operation.  wipe is NULL where the kernel
+** lacks the feature; then getpid() is the check.
+*/
+typedef struct lbackoff_state {
+  uint64_t counter;
+  volatile uint32_t *wipe;
+} lbackoff_state;
 
 /* ----------------------------------------------------------------- */
 /* registration with upvalues, the same on every version             */
@@ -83,8 +97,41 @@ static double lbackoff_monotonic(void) {
 }
 
 /* changes in a forked child: jitter streams must never be shared */
-static uint32_t lbackoff_process_tag(void) {
-  return (uint32_t)getpid();
+static uint32_t lbackoff_process_tag(lua_State *L) {
+  lbackoff_state *st = (lbackoff_state *)lua_touserdata(L, UV_STATE);
+  uint32_t tag;
+  if (st->wipe == NULL) return (uint32_t)getpid();
+  tag = *st->wipe;
+  if (tag == 0) {             /* first use in this process */
+    tag = (uint32_t)getpid();
+    *st->wipe = tag;
+  }
+  return tag;
+}
+
+static void lbackoff_state_init(lbackoff_state *st) {
+  void *page = MAP_FAILED;
+  st->counter = 0;
+  st->wipe = NULL;
+#if defined(MADV_WIPEONFORK) && defined(MAP_ANONYMOUS)
+  page = mmap(NULL, 4096, PROT_READ | PROT_WRITE,
+              MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (page != MAP_FAILED && madvise(page, 4096, MADV_WIPEONFORK) != 0) {
+    munmap(page, 4096);
+    page = MAP_FAILED;
+  }
+#endif
+  if (page != MAP_FAILED) st->wipe = (volatile uint32_t *)page;
+}
+
+/* __gc of the per-state userdata: give the page back */
+static int lbackoff_state_gc(lua_State *L) {
+  lbackoff_state *st = (lbackoff_state *)lua_touserdata(L, 1);
+  if (st != NULL && st->wipe != NULL) {
+    munmap((void *)(uintptr_t)st->wipe, 4096);
+    st->wipe = NULL;
+  }
+  return 0;
 }
 
 /*
@@ -96,15 +143,15 @@ static uint32_t lbackoff_process_tag(void) {
 static uint64_t lbackoff_fresh_seed(lua_State *L, const void *p) {
   struct timespec m, r;
   backoff_rng rng;
-  uint64_t *counter = (uint64_t *)lua_touserdata(L, UV_COUNTER);
+  lbackoff_state *st = (lbackoff_state *)lua_touserdata(L, UV_STATE);
   uint64_t x;
   clock_gettime(CLOCK_MONOTONIC, &m);
   clock_gettime(CLOCK_REALTIME, &r);
   x = (uint64_t)m.tv_sec * UINT64_C(1000000000) + (uint64_t)m.tv_nsec;
   x ^= ((uint64_t)r.tv_sec << 32) ^ (uint64_t)r.tv_nsec;
-  x ^= (uint64_t)lbackoff_process_tag() << 40;
+  x ^= (uint64_t)getpid() << 40;
   x ^= (uint64_t)(uintptr_t)p * UINT64_C(0x9e3779b97f4a7c15);
-  x += ++*counter * UINT64_C(0xbf58476d1ce4e5b9);
+  x += ++st->counter * UINT64_C(0xbf58476d1ce4e5b9);
   backoff_rng_seed(&rng, x);
   return backoff_rng_next(&rng);
 }
@@ -122,7 +169,7 @@ static int lbackoff_draws(const backoff_t *b) {
 static void lbackoff_forkcheck(lua_State *L, backoff_t *b) {
   uint32_t tag;
   if (b->user_flags & LB_SEEDED || !lbackoff_draws(b)) return;
-  tag = lbackoff_process_tag();
+  tag = lbackoff_process_tag(L);
   if (b->user_tag != tag) {
     backoff_reseed(b, lbackoff_fresh_seed(L, b));
     b->user_tag = tag;
@@ -550,8 +597,8 @@ static int lbackoff_construct(lua_State *L, int strategy, int idx) {
       lua_call(L, 0, 1);
       sp.start = lua_tonumber(L, -1);
       if (lua_type(L, -1) != LUA_TNUMBER || !lbackoff_is_finite(sp.start))
-        luaL_error(L, "backoff.%s: clock must return a finite number (got %s)",
-                   sp.ctor, lbackoff_repr(L, -1));
+        luaL_error(L, "backoff.%s: option 'clock' must return a finite "
+                   "number (got %s)", sp.ctor, lbackoff_repr(L, -1));
       lua_pop(L, 1);
     } else {
       sp.start = lbackoff_monotonic();
@@ -564,7 +611,7 @@ static int lbackoff_construct(lua_State *L, int strategy, int idx) {
     ((lbackoff_given(&sp, "seed") ? LB_SEEDED : 0) |
      (lbackoff_given(&sp, "clock") ? LB_EXTRA | LB_HAS_CLOCK : 0) |
      (lbackoff_given(&sp, "start") ? LB_EXTRA | LB_HAS_START : 0));
-  b->user_tag = lbackoff_process_tag();
+  b->user_tag = lbackoff_process_tag(L);
   if (b->user_flags & LB_EXTRA) lbackoff_set_extra(L, top);
   return 1;
 }
@@ -660,7 +707,7 @@ static int lbackoff_reset(lua_State *L) {
   double start = lbackoff_time_arg(L, b, "reset");
   if (!(b->user_flags & LB_SEEDED)) {
     backoff_reseed(b, lbackoff_fresh_seed(L, b));
-    b->user_tag = lbackoff_process_tag();
+    b->user_tag = lbackoff_process_tag(L);
   }
   backoff_reset(b, start);
   lua_settop(L, 1);
@@ -684,7 +731,7 @@ static int lbackoff_clone(lua_State *L) {
   c = lbackoff_newud(L);            /* extra, clone */
   memcpy(c, b, sizeof *c);
   if (!(c->user_flags & LB_SEEDED)) c->seed = lbackoff_fresh_seed(L, c);
-  c->user_tag = lbackoff_process_tag();
+  c->user_tag = lbackoff_process_tag(L);
   backoff_reset(c, start);          /* reseeds from c->seed */
   if (c->user_flags & LB_EXTRA) lbackoff_set_extra(L, extra);
   return 1;
@@ -856,8 +903,13 @@ LBACKOFF_EXPORT int luaopen_backoff_core(lua_State *L) {
   lua_pushstring(L, LBACKOFF_MT);       /* 5.3+ sets __name itself */
   lua_setfield(L, mt, "__name");
 #endif
-  *(uint64_t *)lua_newuserdatauv(L, sizeof(uint64_t), 0) = 0;
+  lbackoff_state_init((lbackoff_state *)
+                      lua_newuserdatauv(L, sizeof(lbackoff_state), 0));
   counter = lua_gettop(L);
+  lua_createtable(L, 0, 1);
+  lua_pushcfunction(L, lbackoff_state_gc);
+  lua_setfield(L, -2, "__gc");
+  lua_setmetatable(L, counter);
   lbackoff_register(L, mt, mt, counter, lbackoff_meta);
   lua_newtable(L);
   methods = lua_gettop(L);

@@ -96,7 +96,8 @@ describe("state", function()
     assert.equal(1, b:failure(1))
     assert.error_matches(function()
       backoff.constant { delay = 1, clock = function() return 0 / 0 end }
-    end, "clock must return a finite number", nil, true)
+    end, "backoff.constant: option 'clock' must return a finite number",
+      nil, true)
   end)
 
   it("uses the start option for max_actual_duration and elapsed", function()
