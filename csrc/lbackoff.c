@@ -53,6 +53,7 @@
 #define LB_EXTRA 2        /* the object has an entry in LBACKOFF_EXTRA */
 #define LB_HAS_CLOCK 4
 #define LB_HAS_START 8
+#define LB_DRAWS 16       /* draws random numbers: see lbackoff_draws */
 
 /* upvalues of every function of this module */
 #define UV_META lua_upvalueindex(1)     /* the metatable */
@@ -68,6 +69,7 @@
 typedef struct lbackoff_state {
   uint64_t counter;
   volatile uint32_t *wipe;
+  const void *meta;         /* the metatable, for a cheap self check */
 } lbackoff_state;
 
 /* ----------------------------------------------------------------- */
@@ -97,8 +99,7 @@ static double lbackoff_monotonic(void) {
 }
 
 /* changes in a forked child: jitter streams must never be shared */
-static uint32_t lbackoff_process_tag(lua_State *L) {
-  lbackoff_state *st = (lbackoff_state *)lua_touserdata(L, UV_STATE);
+static uint32_t lbackoff_tag_st(lbackoff_state *st) {
   uint32_t tag;
   if (st->wipe == NULL) return (uint32_t)getpid();
   tag = *st->wipe;
@@ -107,6 +108,10 @@ static uint32_t lbackoff_process_tag(lua_State *L) {
     *st->wipe = tag;
   }
   return tag;
+}
+
+static uint32_t lbackoff_process_tag(lua_State *L) {
+  return lbackoff_tag_st((lbackoff_state *)lua_touserdata(L, UV_STATE));
 }
 
 static void lbackoff_state_init(lbackoff_state *st) {
@@ -166,10 +171,11 @@ static int lbackoff_draws(const backoff_t *b) {
 }
 
 /* an unseeded object copied into a forked child gets its own stream */
-static void lbackoff_forkcheck(lua_State *L, backoff_t *b) {
+static void lbackoff_forkcheck(lua_State *L, lbackoff_state *st,
+                               backoff_t *b) {
   uint32_t tag;
-  if (b->user_flags & LB_SEEDED || !lbackoff_draws(b)) return;
-  tag = lbackoff_process_tag(L);
+  if ((b->user_flags & (LB_SEEDED | LB_DRAWS)) != LB_DRAWS) return;
+  tag = lbackoff_tag_st(st);
   if (b->user_tag != tag) {
     backoff_reseed(b, lbackoff_fresh_seed(L, b));
     b->user_tag = tag;
@@ -205,10 +211,10 @@ static const char *lbackoff_repr(lua_State *L, int idx) {
 ** upvalue (no registry lookup), plus the size, so that a 5.1 newproxy
 ** given our metatable with debug.setmetatable is refused too.
 */
-static backoff_t *lbackoff_self(lua_State *L) {
+static backoff_t *lbackoff_self_st(lua_State *L, const lbackoff_state *st) {
   int ok = 0;
   if (lua_type(L, 1) == LUA_TUSERDATA && lua_getmetatable(L, 1)) {
-    ok = lua_rawequal(L, -1, UV_META) &&
+    ok = lua_topointer(L, -1) == st->meta &&
          lua_rawlen(L, 1) == sizeof(backoff_t);
     lua_pop(L, 1);
   }
@@ -220,6 +226,10 @@ static backoff_t *lbackoff_self(lua_State *L) {
                                            ? "another userdata" : got));
   }
   return (backoff_t *)lua_touserdata(L, 1);
+}
+
+static backoff_t *lbackoff_self(lua_State *L) {
+  return lbackoff_self_st(L, (lbackoff_state *)lua_touserdata(L, UV_STATE));
 }
 
 static const char *lbackoff_name(const backoff_t *b) {
@@ -258,12 +268,18 @@ static double lbackoff_now(lua_State *L, const backoff_t *b,
 static double lbackoff_time_arg(lua_State *L, const backoff_t *b,
                                 const char *method) {
   double t;
-  if (lua_isnoneornil(L, 2)) return lbackoff_now(L, b, method);
-  t = lua_tonumber(L, 2);
-  if (lua_type(L, 2) != LUA_TNUMBER || t != t || t > DBL_MAX || t < -DBL_MAX)
+  int type = lua_type(L, 2);
+  if (type == LUA_TNUMBER) {
+    t = lua_tonumber(L, 2);
+    if (t == t && t <= DBL_MAX && t >= -DBL_MAX) return t;
+  } else if (type == LUA_TNONE || type == LUA_TNIL) {
+    return lbackoff_now(L, b, method);
+  }
+  {
     luaL_argerror(L, 2, lua_pushfstring(L,
       "timestamp must be a finite number (got %s)", lbackoff_repr(L, 2)));
-  return t;
+  }
+  return 0;
 }
 
 /* ----------------------------------------------------------------- */
@@ -611,6 +627,7 @@ static int lbackoff_construct(lua_State *L, int strategy, int idx) {
     ((lbackoff_given(&sp, "seed") ? LB_SEEDED : 0) |
      (lbackoff_given(&sp, "clock") ? LB_EXTRA | LB_HAS_CLOCK : 0) |
      (lbackoff_given(&sp, "start") ? LB_EXTRA | LB_HAS_START : 0));
+  if (lbackoff_draws(b)) b->user_flags |= LB_DRAWS;
   b->user_tag = lbackoff_process_tag(L);
   if (b->user_flags & LB_EXTRA) lbackoff_set_extra(L, top);
   return 1;
@@ -651,19 +668,21 @@ static int lbackoff_push_result(lua_State *L, const backoff_result *r) {
 }
 
 static int lbackoff_failure(lua_State *L) {
-  backoff_t *b = lbackoff_self(L);
+  lbackoff_state *st = (lbackoff_state *)lua_touserdata(L, UV_STATE);
+  backoff_t *b = lbackoff_self_st(L, st);
   double ts = lbackoff_time_arg(L, b, "failure");
   backoff_result r;
-  lbackoff_forkcheck(L, b);
+  lbackoff_forkcheck(L, st, b);
   backoff_failure(b, ts, &r);   /* ts is finite: cannot fail */
   return lbackoff_push_result(L, &r);
 }
 
 static int lbackoff_success(lua_State *L) {
-  backoff_t *b = lbackoff_self(L);
+  lbackoff_state *st = (lbackoff_state *)lua_touserdata(L, UV_STATE);
+  backoff_t *b = lbackoff_self_st(L, st);
   double ts = lbackoff_time_arg(L, b, "success");
   backoff_result r;
-  lbackoff_forkcheck(L, b);
+  lbackoff_forkcheck(L, st, b);
   backoff_success(b, ts, &r);
   return lbackoff_push_result(L, &r);
 }
@@ -910,6 +929,7 @@ LBACKOFF_EXPORT int luaopen_backoff_core(lua_State *L) {
   lua_pushcfunction(L, lbackoff_state_gc);
   lua_setfield(L, -2, "__gc");
   lua_setmetatable(L, counter);
+  ((lbackoff_state *)lua_touserdata(L, counter))->meta = lua_topointer(L, mt);
   lbackoff_register(L, mt, mt, counter, lbackoff_meta);
   lua_newtable(L);
   methods = lua_gettop(L);
