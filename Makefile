@@ -4,6 +4,8 @@
 #   make test          build for 5.1 5.2 5.3 5.4 and LuaJIT, run every test
 #   make               build the module for LUA_VERSION (default 5.4)
 #   make LUA_VERSION=luajit    (or 5.1, 5.2, 5.3)
+#   make bench         call costs (5.4, LuaJIT) and the thundering herd
+#   make fuzz          libFuzzer on the core (FUZZ_TIME=60 seconds)
 #
 # Missing Debian packages are installed (as root) or named (otherwise)
 # by .ci/deps.  The module never links liblua: the interpreter that
@@ -38,7 +40,7 @@ MODULE = $(BUILD)/$(1)/backoff/core.so
 LUA_ENV = LUA_PATH='./lua/?.lua;;' LUA_CPATH='./$(BUILD)/$(1)/?.so;;'
 
 .PHONY: all demo test ctest lint clean deps-demo deps-test print rock-test core-alone \
-        asan-busted valgrind allocfail fuzz threads
+        asan-busted valgrind allocfail fuzz threads bench
 
 all: deps-demo $(call MODULE,$(LUA_VERSION))
 
@@ -180,6 +182,21 @@ $(BUILD)/threads: spec/c/threads.c $(CORE)
 
 threads: $(BUILD)/threads
 	@TSAN_OPTIONS=halt_on_error=1 $(BUILD)/threads
+
+# ---- benchmarks (not part of make test) ----------------------------
+
+$(BUILD)/%/bench_empty.so: bench/empty.c
+	@mkdir -p $(@D)
+	$(CC) -O2 -std=c99 -fPIC -I$(call lua_inc,$*) -o $@ bench/empty.c $(LIBFLAG)
+
+bench: deps-test $(call MODULE,5.4) $(call MODULE,luajit) \
+       $(BUILD)/5.4/bench_empty.so $(BUILD)/luajit/bench_empty.so
+	@$(call LUA_ENV,5.4) lua5.4 bench/bench.lua
+	@echo
+	@$(call LUA_ENV,luajit) luajit bench/bench.lua
+	@echo
+	@$(call LUA_ENV,luajit) luajit bench/herd.lua --csv $(BUILD)/herd.csv \
+	  --svg $(BUILD)/herd.svg
 
 lint:
 	@luacheck -q lua spec examples bin/backoff-delays && echo "ok - luacheck: no warnings"
