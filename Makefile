@@ -199,7 +199,7 @@ bench: deps-test $(call MODULE,5.4) $(call MODULE,luajit) \
 	  --svg $(BUILD)/herd.svg
 
 lint:
-	@luacheck -q lua spec examples bin/backoff-delays && echo "ok - luacheck: no warnings"
+	@luacheck -q lua spec examples bench bin/backoff-delays && echo "ok - luacheck: no warnings"
 
 clean:
 	rm -rf $(BUILD) csrc/*.o csrc/*.so
