@@ -262,7 +262,7 @@ BACKOFF_API int backoff_config_timeouts_active(const backoff_config *c) {
 
 /*
 ** d * U(1-f, 1+f), written as the reference writes it:
-** min + (max - min) * rand().  Used for delays and for timeouts.
+** min + (max - min) * U(0, 1).  Used for delays and for timeouts.
 */
 static double scatter(backoff_rng *rng, double d, double f) {
   double lo = fin(d * (1 - f));

@@ -1,23 +1,9 @@
 -- Option validation: every mistake raises a message naming the
 -- constructor and the option.
 local backoff = require "backoff"
+local helpers = require "spec.helpers"
 
-local REQUIRED = {
-  constant = { delay = 1 },
-  linear = { initial_delay = 1 },
-  exponential = { initial_delay = 1 },
-  fibonacci = { initial_delay1 = 1, initial_delay2 = 2 },
-  lild = { initial_delay = 1, delay_increment_on_failure = 1,
-           delay_increment_on_success = -1 },
-  limd = { initial_delay = 1, delay_increment_on_failure = 1,
-           delay_multiple_on_success = 0.5 },
-  mild = { initial_delay = 1, delay_multiple_on_failure = 2,
-           delay_increment_on_success = -1 },
-  mimd = { initial_delay = 1, delay_multiple_on_failure = 2,
-           delay_multiple_on_success = 0.5 },
-  decorrelated = { initial_delay = 1, max_delay = 10 },
-  retry_timeouts = {},
-}
+local REQUIRED = helpers.REQUIRED
 
 -- the options that only some strategies take
 local OWN = {

@@ -9,22 +9,7 @@ local HOSTILE = { "10", "", "abc", true, false, {}, print, io.stdout,
   0 / 0, -(0 / 0), math.huge, -math.huge, -0.0, -1, -1e-300, 1e308,
   2 ^ 63, -(2 ^ 63), 2 ^ 64, 2.5, 0.1, 1e-320 }
 
-local BASE = {
-  constant = { delay = 1 },
-  linear = { initial_delay = 1 },
-  exponential = { initial_delay = 1 },
-  fibonacci = { initial_delay1 = 1, initial_delay2 = 1 },
-  lild = { initial_delay = 1, delay_increment_on_failure = 1,
-           delay_increment_on_success = -1 },
-  limd = { initial_delay = 1, delay_increment_on_failure = 1,
-           delay_multiple_on_success = 0.5 },
-  mild = { initial_delay = 1, delay_multiple_on_failure = 2,
-           delay_increment_on_success = -1 },
-  mimd = { initial_delay = 1, delay_multiple_on_failure = 2,
-           delay_multiple_on_success = 0.5 },
-  decorrelated = { initial_delay = 1, max_delay = 10 },
-  retry_timeouts = {},
-}
+local BASE = helpers.REQUIRED
 
 local OPTIONS = { "delay", "delay_on_success", "initial_delay",
   "initial_delay1", "initial_delay2", "delay_increment", "exponent_base",

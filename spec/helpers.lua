@@ -1,6 +1,24 @@
 -- Shared helpers for the specs.
 local helpers = {}
 
+-- the required options of each strategy, with valid values
+helpers.REQUIRED = {
+  constant = { delay = 1 },
+  linear = { initial_delay = 1 },
+  exponential = { initial_delay = 1 },
+  fibonacci = { initial_delay1 = 1, initial_delay2 = 2 },
+  lild = { initial_delay = 1, delay_increment_on_failure = 1,
+           delay_increment_on_success = -1 },
+  limd = { initial_delay = 1, delay_increment_on_failure = 1,
+           delay_multiple_on_success = 0.5 },
+  mild = { initial_delay = 1, delay_multiple_on_failure = 2,
+           delay_increment_on_success = -1 },
+  mimd = { initial_delay = 1, delay_multiple_on_failure = 2,
+           delay_multiple_on_success = 0.5 },
+  decorrelated = { initial_delay = 1, max_delay = 10 },
+  retry_timeouts = {},
+}
+
 -- a relative tolerance of 1e-9 (absolute near zero)
 function helpers.close(expected, actual, tol)
   tol = tol or 1e-9
