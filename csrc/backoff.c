@@ -202,8 +202,9 @@ static int field_range(int s, int f) {
 BACKOFF_API const char *backoff_field_rule(int s, int f) {
   if (f == BACKOFF_F_STRATEGY) return "a known strategy";
   if (f == BACKOFF_F_JITTER)
-    return s == BACKOFF_DECORRELATED ? "'none' (decorrelated is random)"
-                                     : "'none', 'proportional', 'full' or 'equal'";
+    return s == BACKOFF_DECORRELATED
+             ? "'none' (decorrelated is random)"
+             : "'none', 'proportional', 'full' or 'equal'";
   switch (field_range(s, f)) {
     case R_ANY: return "a finite number";
     case R_UNIT: return "a number in [0, 1]";

@@ -92,17 +92,19 @@ typedef enum backoff_field {
 ** The configuration.  All times are seconds.  The three strategy
 ** parameters mean, per strategy:
 **
-**   strategy        initial          on_failure                  on_success
-**   constant        delay            (unused)                    delay_on_success
-**   linear          initial_delay    delay_increment             delay_on_success
-**   exponential     initial_delay    exponent_base               delay_on_success
-**   fibonacci       initial_delay1   initial_delay2              delay_on_success
-**   lild            initial_delay    delay_increment_on_failure  delay_increment_on_success
-**   limd            initial_delay    delay_increment_on_failure  delay_multiple_on_success
-**   mild            initial_delay    delay_multiple_on_failure   delay_increment_on_success
-**   mimd            initial_delay    delay_multiple_on_failure   delay_multiple_on_success
-**   decorrelated    initial_delay    multiplier                  delay_on_success
-**   retry_timeouts  initial_delay    exponent_base               delay_on_success
+**   strategy        initial         on_failure          on_success
+**   constant        delay           (unused)            delay_on_success
+**   linear          initial_delay   delay_increment     delay_on_success
+**   exponential     initial_delay   exponent_base       delay_on_success
+**   fibonacci       initial_delay1  initial_delay2      delay_on_success
+**   lild            initial_delay   delay_increment_on_ delay_increment_on_
+**   limd            initial_delay   delay_increment_on_ delay_multiple_on_
+**   mild            initial_delay   delay_multiple_on_  delay_increment_on_
+**   mimd            initial_delay   delay_multiple_on_  delay_multiple_on_
+**   decorrelated    initial_delay   multiplier          delay_on_success
+**   retry_timeouts  initial_delay   exponent_base       delay_on_success
+**
+** (the *I*D options end in _failure and _success respectively)
 **
 ** Use backoff_config_init() to get the defaults, then set fields.
 */

@@ -510,9 +510,9 @@ static void lbackoff_read_spec(lua_State *L, int idx, lbackoff_spec *sp) {
                  lbackoff_options[i].name);
   if (sp->strategy == BACKOFF_FIBONACCI) {
     int alias = lbackoff_given(sp, "initial_delay");
-    const char *missing = !lbackoff_given(sp, "initial_delay1") ? "initial_delay1"
-                        : !lbackoff_given(sp, "initial_delay2") ? "initial_delay2"
-                        : NULL;
+    const char *missing =
+      !lbackoff_given(sp, "initial_delay1") ? "initial_delay1"
+      : !lbackoff_given(sp, "initial_delay2") ? "initial_delay2" : NULL;
     if (missing != NULL && !alias)
       luaL_error(L, "backoff.%s: missing required option '%s'", sp->ctor,
                  missing);
@@ -591,7 +591,7 @@ static void lbackoff_set_extra(lua_State *L, int xi) {
 
 static int lbackoff_construct(lua_State *L, int strategy, int idx) {
   lbackoff_spec sp;
-  backoff_t tmp, *b;
+  backoff_t *b;
   int top;
   sp.strategy = strategy;
   sp.ctor = backoff_strategy_name(strategy);
@@ -606,9 +606,8 @@ static int lbackoff_construct(lua_State *L, int strategy, int idx) {
   }
   /* the start time: the option, else the clock's now (the clock may
      raise or misbehave: nothing is allocated yet) */
-  tmp.user_flags = (unsigned char)(lbackoff_given(&sp, "clock") ? LB_EXTRA | LB_HAS_CLOCK : 0);
   if (!lbackoff_given(&sp, "start")) {
-    if (tmp.user_flags & LB_HAS_CLOCK) {
+    if (lbackoff_given(&sp, "clock")) {
       lua_getfield(L, idx, "clock");
       lua_call(L, 0, 1);
       sp.start = lua_tonumber(L, -1);
