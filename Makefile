@@ -33,7 +33,7 @@ lua_dev = $(if $(filter luajit,$1),luajit2 libluajit2-5.1-dev,$(if $(filter 5.1,
 DEMO_PKGS := gcc libc6-dev $(call lua_dev,5.4)
 TEST_PKGS := gcc libc6-dev $(foreach v,$(LUA_VERSIONS),$(call lua_dev,$(v))) \
              lua-busted lua-check lua-socket luarocks libcmocka-dev \
-             valgrind clang nginx libnginx-mod-http-lua
+             valgrind clang libclang-rt-dev nginx libnginx-mod-http-lua
 
 MODULE = $(BUILD)/$(1)/backoff/core.so
 # run Lua code against the build of version $(1)
