@@ -19,8 +19,6 @@
 
 #include "backoff.h"
 
-#define SAT_U64 UINT64_MAX
-
 /* ----------------------------------------------------------------- */
 /* numeric helpers                                                   */
 /* ----------------------------------------------------------------- */
@@ -483,7 +481,7 @@ BACKOFF_API int backoff_failure(backoff_t *b, double ts, backoff_result *r) {
     return give_up(b, ts, r, BACKOFF_MAX_DURATION);
   }
   /* step 2 */
-  if (b->attempts < SAT_U64) b->attempts++;
+  if (b->attempts < UINT64_MAX) b->attempts++;   /* saturate */
   if (c->max_attempts > 0 && b->attempts >= c->max_attempts)
     return give_up(b, ts, r, BACKOFF_MAX_ATTEMPTS);
   /* step 3 */

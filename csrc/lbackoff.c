@@ -342,8 +342,6 @@ static const lbackoff_option lbackoff_options[] = {
   {NULL, 0, 0, 0, 0}
 };
 
-#define NOPTIONS (sizeof lbackoff_options / sizeof lbackoff_options[0] - 1)
-#define OPT_INDEX(name) lbackoff_option_index(name)
 
 static int lbackoff_option_index(const char *name) {
   int i;
@@ -378,7 +376,8 @@ typedef struct lbackoff_spec {
 } lbackoff_spec;
 
 static int lbackoff_given(const lbackoff_spec *sp, const char *name) {
-  return (int)((sp->given >> OPT_INDEX(name)) & 1u);
+  int i = lbackoff_option_index(name);
+  return i >= 0 && ((sp->given >> i) & 1u);
 }
 
 /* raise "backoff.<ctor>: option 'x' must be RULE (got V)"; V at idx */
