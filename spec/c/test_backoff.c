@@ -16,10 +16,10 @@
 
 #include "backoff.h"
 
-static backoff_t make(int s, double initial, double on_failure,
-                      double on_success) {
+/* a configuration of strategy s with its three parameters */
+static backoff_config config_of(int s, double initial, double on_failure,
+                                double on_success) {
   backoff_config c;
-  backoff_t b;
   assert_int_equal(backoff_config_init(&c, s), BACKOFF_OK);
   c.initial = initial;
   c.on_failure = on_failure;
@@ -28,8 +28,20 @@ static backoff_t make(int s, double initial, double on_failure,
     c.has_max_delay = 1;
     c.max_delay = 100;
   }
-  assert_int_equal(backoff_init(&b, &c, 0, 1, NULL), BACKOFF_OK);
+  return c;
+}
+
+/* an object of configuration c, started at start with seed 1 */
+static backoff_t make_at(const backoff_config *c, double start) {
+  backoff_t b;
+  assert_int_equal(backoff_init(&b, c, start, 1, NULL), BACKOFF_OK);
   return b;
+}
+
+static backoff_t make(int s, double initial, double on_failure,
+                      double on_success) {
+  backoff_config c = config_of(s, initial, on_failure, on_success);
+  return make_at(&c, 0);
 }
 
 static double on_failure(backoff_t *b, double ts) {
@@ -89,17 +101,13 @@ static void test_fibonacci(void **state) {
 }
 
 static void test_limd_synopsis(void **state) {
-  backoff_config c;
+  backoff_config c = config_of(BACKOFF_LIMD, 2, 4, 0.2);
   backoff_t b;
   double want[] = {2, 6, 10, 2, 1, 1, 5, 9, 13};
   int i;
   (void)state;
-  backoff_config_init(&c, BACKOFF_LIMD);
-  c.initial = 2;
-  c.on_failure = 4;
-  c.on_success = 0.2;
   c.min_delay = 1;
-  assert_int_equal(backoff_init(&b, &c, 0, 1, NULL), BACKOFF_OK);
+  b = make_at(&c, 0);
   for (i = 0; i < 9; i++) {
     double d = (i >= 3 && i < 6) ? on_success(&b, 0) : on_failure(&b, 0);
     assert_true(fabs(d - want[i]) < 1e-12);
@@ -130,27 +138,23 @@ static void test_decorrelated_bounds(void **state) {
 /* ---- limits, clamps, give-ups ---- */
 
 static void test_min_wins_over_max(void **state) {
-  backoff_config c;
+  backoff_config c = config_of(BACKOFF_CONSTANT, 50, 0, 0);
   backoff_t b;
   (void)state;
-  backoff_config_init(&c, BACKOFF_CONSTANT);
-  c.initial = 50;
   c.has_max_delay = 1;
   c.max_delay = 10;
   c.min_delay = 20;
-  assert_int_equal(backoff_init(&b, &c, 0, 1, NULL), BACKOFF_OK);
+  b = make_at(&c, 0);
   assert_true(on_failure(&b, 0) == 20);
 }
 
 static void test_max_attempts(void **state) {
-  backoff_config c;
+  backoff_config c = config_of(BACKOFF_CONSTANT, 1, 0, 0);
   backoff_t b;
   backoff_result r;
   (void)state;
-  backoff_config_init(&c, BACKOFF_CONSTANT);
-  c.initial = 1;
   c.max_attempts = 2;
-  assert_int_equal(backoff_init(&b, &c, 0, 1, NULL), BACKOFF_OK);
+  b = make_at(&c, 0);
   assert_true(on_failure(&b, 0) == 1);
   backoff_failure(&b, 0, &r);
   assert_int_equal(r.give_up, BACKOFF_MAX_ATTEMPTS);
@@ -160,14 +164,12 @@ static void test_max_attempts(void **state) {
 }
 
 static void test_max_duration_sticks(void **state) {
-  backoff_config c;
+  backoff_config c = config_of(BACKOFF_CONSTANT, 1, 0, 0);
   backoff_t b;
   backoff_result r;
   (void)state;
-  backoff_config_init(&c, BACKOFF_CONSTANT);
-  c.initial = 1;
   c.max_actual_duration = 10;
-  assert_int_equal(backoff_init(&b, &c, 100, 1, NULL), BACKOFF_OK);
+  b = make_at(&c, 100);
   assert_true(on_failure(&b, 105) == 1);
   backoff_failure(&b, 110, &r);
   assert_int_equal(r.give_up, BACKOFF_MAX_DURATION);
@@ -274,13 +276,11 @@ static void test_bad_timestamp_changes_nothing(void **state) {
 }
 
 static void test_decreasing_timestamp(void **state) {
-  backoff_config c;
+  backoff_config c = config_of(BACKOFF_CONSTANT, 2, 0, 0);
   backoff_t b;
   (void)state;
-  backoff_config_init(&c, BACKOFF_CONSTANT);
-  c.initial = 2;
   c.consider_actual_delay = 1;
-  backoff_init(&b, &c, 0, 1, NULL);
+  b = make_at(&c, 0);
   assert_true(on_failure(&b, 10) == 2);
   assert_true(on_failure(&b, 3) == 4);   /* as if at 10 */
 }
