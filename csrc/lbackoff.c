@@ -170,16 +170,17 @@ static int lbackoff_draws(const backoff_t *b) {
          (backoff_config_timeouts_active(c) && c->timeout_jitter_factor > 0);
 }
 
+/* a new jitter stream for an unseeded object, owned by this process */
+static void lbackoff_fresh_stream(lua_State *L, backoff_t *b) {
+  backoff_reseed(b, lbackoff_fresh_seed(L, b));
+  b->user_tag = lbackoff_process_tag(L);
+}
+
 /* an unseeded object copied into a forked child gets its own stream */
 static void lbackoff_forkcheck(lua_State *L, lbackoff_state *st,
                                backoff_t *b) {
-  uint32_t tag;
   if ((b->user_flags & (LB_SEEDED | LB_DRAWS)) != LB_DRAWS) return;
-  tag = lbackoff_tag_st(st);
-  if (b->user_tag != tag) {
-    backoff_reseed(b, lbackoff_fresh_seed(L, b));
-    b->user_tag = tag;
-  }
+  if (b->user_tag != lbackoff_tag_st(st)) lbackoff_fresh_stream(L, b);
 }
 
 /* ----------------------------------------------------------------- */
@@ -275,11 +276,9 @@ static double lbackoff_time_arg(lua_State *L, const backoff_t *b,
   } else if (type == LUA_TNONE || type == LUA_TNIL) {
     return lbackoff_now(L, b, method);
   }
-  {
-    luaL_argerror(L, 2, lua_pushfstring(L,
-      "timestamp must be a finite number (got %s)", lbackoff_repr(L, 2)));
-  }
-  return 0;
+  luaL_argerror(L, 2, lua_pushfstring(L,
+    "timestamp must be a finite number (got %s)", lbackoff_repr(L, 2)));
+  return 0;   /* not reached: luaL_argerror raises */
 }
 
 /* ----------------------------------------------------------------- */
@@ -341,7 +340,6 @@ static const lbackoff_option lbackoff_options[] = {
   {"clock", OPT_CLOCK, 0, ALL, 0},
   {NULL, 0, 0, 0, 0}
 };
-
 
 static int lbackoff_option_index(const char *name) {
   int i;
@@ -722,11 +720,8 @@ static int lbackoff_elapsed(lua_State *L) {
 static int lbackoff_reset(lua_State *L) {
   backoff_t *b = lbackoff_self(L);
   double start = lbackoff_time_arg(L, b, "reset");
-  if (!(b->user_flags & LB_SEEDED)) {
-    backoff_reseed(b, lbackoff_fresh_seed(L, b));
-    b->user_tag = lbackoff_process_tag(L);
-  }
-  backoff_reset(b, start);
+  if (!(b->user_flags & LB_SEEDED)) lbackoff_fresh_stream(L, b);
+  backoff_reset(b, start);            /* restarts the stream of b->seed */
   lua_settop(L, 1);
   return 1;
 }
@@ -747,9 +742,8 @@ static int lbackoff_clone(lua_State *L) {
   extra = lua_gettop(L);
   c = lbackoff_newud(L);            /* extra, clone */
   memcpy(c, b, sizeof *c);
-  if (!(c->user_flags & LB_SEEDED)) c->seed = lbackoff_fresh_seed(L, c);
-  c->user_tag = lbackoff_process_tag(L);
-  backoff_reset(c, start);          /* reseeds from c->seed */
+  if (!(c->user_flags & LB_SEEDED)) lbackoff_fresh_stream(L, c);
+  backoff_reset(c, start);          /* restarts the stream of c->seed */
   if (c->user_flags & LB_EXTRA) lbackoff_set_extra(L, extra);
   return 1;
 }
@@ -888,18 +882,18 @@ static const luaL_Reg lbackoff_functions[] = {
 
 LBACKOFF_EXPORT int luaopen_backoff_core(lua_State *L);
 
-/* register l into the table at index t, with upvalues mt and counter */
-static void lbackoff_register(lua_State *L, int t, int mt, int counter,
+/* register l into the table at index t, with upvalues mt and state */
+static void lbackoff_register(lua_State *L, int t, int mt, int state,
                               const luaL_Reg *l) {
   lua_pushvalue(L, t);
   lua_pushvalue(L, mt);
-  lua_pushvalue(L, counter);      /* t, mt, counter */
+  lua_pushvalue(L, state);        /* t, mt, state */
   lbackoff_setfuncs(L, l, 2);
   lua_pop(L, 1);
 }
 
 LBACKOFF_EXPORT int luaopen_backoff_core(lua_State *L) {
-  int s, M, mt, counter, methods, names;
+  int s, M, mt, state, methods, names;
   /* the weak-keyed side table for clocks and start options */
   lua_getfield(L, LUA_REGISTRYINDEX, LBACKOFF_EXTRA);
   if (lua_isnil(L, -1)) {
@@ -922,26 +916,26 @@ LBACKOFF_EXPORT int luaopen_backoff_core(lua_State *L) {
 #endif
   lbackoff_state_init((lbackoff_state *)
                       lua_newuserdatauv(L, sizeof(lbackoff_state), 0));
-  counter = lua_gettop(L);
+  state = lua_gettop(L);
   lua_createtable(L, 0, 1);
   lua_pushcfunction(L, lbackoff_state_gc);
   lua_setfield(L, -2, "__gc");
-  lua_setmetatable(L, counter);
-  ((lbackoff_state *)lua_touserdata(L, counter))->meta = lua_topointer(L, mt);
-  lbackoff_register(L, mt, mt, counter, lbackoff_meta);
+  lua_setmetatable(L, state);
+  ((lbackoff_state *)lua_touserdata(L, state))->meta = lua_topointer(L, mt);
+  lbackoff_register(L, mt, mt, state, lbackoff_meta);
   lua_newtable(L);
   methods = lua_gettop(L);
-  lbackoff_register(L, methods, mt, counter, lbackoff_methods);
+  lbackoff_register(L, methods, mt, state, lbackoff_methods);
   lua_pushvalue(L, methods);
   lua_setfield(L, mt, "__index");
-  lbackoff_register(L, M, mt, counter, lbackoff_functions);
+  lbackoff_register(L, M, mt, state, lbackoff_functions);
 
   /* backoff.<strategy>(opts), and the list of names */
   lua_createtable(L, BACKOFF_NSTRATEGIES, 0);
   names = lua_gettop(L);
   for (s = 0; s < BACKOFF_NSTRATEGIES; s++) {
     lua_pushvalue(L, mt);
-    lua_pushvalue(L, counter);
+    lua_pushvalue(L, state);
     lua_pushinteger(L, s);
     lua_pushcclosure(L, lbackoff_strategy_ctor, 3);
     lua_setfield(L, M, backoff_strategy_name(s));
