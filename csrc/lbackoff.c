@@ -47,6 +47,7 @@
 
 #define LBACKOFF_MT "backoff.Backoff"
 #define LBACKOFF_EXTRA "backoff.extra"   /* registry: ud -> {clock,start} */
+#define LBACKOFF_STATE "backoff.state"   /* registry: the lbackoff_state */
 
 /* backoff_t.user_flags */
 #define LB_SEEDED 1       /* the user gave a seed */
@@ -69,8 +70,20 @@
 typedef struct lbackoff_state {
   uint64_t counter;
   volatile uint32_t *wipe;
-  const void *meta;         /* the metatable, for a cheap self check */
 } lbackoff_state;
+
+/*
+** The userdata of one backoff object.  owner is the state of the module
+** that built it: the self check compares it with the state upvalue
+** (after checking the size), which costs no stack traffic, unlike
+** reading the metatable.  Lua code cannot write the bytes of a
+** userdata, so it cannot forge owner; a userdata of another library,
+** even given our metatable with debug.setmetatable, fails the check.
+*/
+typedef struct lbackoff_object {
+  backoff_t core;                 /* first: the object is its core */
+  const lbackoff_state *owner;
+} lbackoff_object;
 
 /* ----------------------------------------------------------------- */
 /* registration with upvalues, the same on every version             */
@@ -208,25 +221,19 @@ static const char *lbackoff_repr(lua_State *L, int idx) {
 /* ----------------------------------------------------------------- */
 
 /*
-** The object at index 1.  A pointer compare against the metatable
-** upvalue (no registry lookup), plus the size, so that a 5.1 newproxy
-** given our metatable with debug.setmetatable is refused too.
+** The object at index 1: a userdata of our size whose owner is this
+** module's state (see lbackoff_object).  Three API calls in the common
+** case; the size is checked before owner is read.
 */
 static backoff_t *lbackoff_self_st(lua_State *L, const lbackoff_state *st) {
-  int ok = 0;
-  if (lua_type(L, 1) == LUA_TUSERDATA && lua_getmetatable(L, 1)) {
-    ok = lua_topointer(L, -1) == st->meta &&
-         lua_rawlen(L, 1) == sizeof(backoff_t);
-    lua_pop(L, 1);
-  }
-  if (!ok) {
-    const char *got = lbackoff_repr(L, 1);
-    lua_pop(L, 1);
+  lbackoff_object *o = (lbackoff_object *)lua_touserdata(L, 1);
+  if (o == NULL || lua_rawlen(L, 1) != sizeof *o || o->owner != st) {
+    const char *got = lbackoff_repr(L, 1);   /* stays on the stack */
     luaL_argerror(L, 1, lua_pushfstring(L, LBACKOFF_MT " expected, got %s",
                                          lua_type(L, 1) == LUA_TUSERDATA
                                            ? "another userdata" : got));
   }
-  return (backoff_t *)lua_touserdata(L, 1);
+  return &o->core;
 }
 
 static backoff_t *lbackoff_self(lua_State *L) {
@@ -571,10 +578,12 @@ static void lbackoff_read_spec(lua_State *L, int idx, lbackoff_spec *sp) {
 
 /* a new userdata with our metatable, on top of the stack */
 static backoff_t *lbackoff_newud(lua_State *L) {
-  backoff_t *b = (backoff_t *)lua_newuserdatauv(L, sizeof *b, 0);
+  lbackoff_object *o =
+    (lbackoff_object *)lua_newuserdatauv(L, sizeof *o, 0);
+  o->owner = (const lbackoff_state *)lua_touserdata(L, UV_STATE);
   lua_pushvalue(L, UV_META);
   lua_setmetatable(L, -2);
-  return b;
+  return &o->core;
 }
 
 /* object on top gets extra = the table at index xi */
@@ -914,14 +923,22 @@ LBACKOFF_EXPORT int luaopen_backoff_core(lua_State *L) {
   lua_pushstring(L, LBACKOFF_MT);       /* 5.3+ sets __name itself */
   lua_setfield(L, mt, "__name");
 #endif
-  lbackoff_state_init((lbackoff_state *)
-                      lua_newuserdatauv(L, sizeof(lbackoff_state), 0));
+  /* one state per lua_State, kept in the registry: a second load of
+     the module (package.loaded cleared) shares the metatable, so it
+     must share the owner that objects are checked against too */
+  lua_getfield(L, LUA_REGISTRYINDEX, LBACKOFF_STATE);
+  if (lua_isnil(L, -1)) {
+    lua_pop(L, 1);
+    lbackoff_state_init((lbackoff_state *)
+                        lua_newuserdatauv(L, sizeof(lbackoff_state), 0));
+    lua_createtable(L, 0, 1);
+    lua_pushcfunction(L, lbackoff_state_gc);
+    lua_setfield(L, -2, "__gc");
+    lua_setmetatable(L, -2);
+    lua_pushvalue(L, -1);
+    lua_setfield(L, LUA_REGISTRYINDEX, LBACKOFF_STATE);
+  }
   state = lua_gettop(L);
-  lua_createtable(L, 0, 1);
-  lua_pushcfunction(L, lbackoff_state_gc);
-  lua_setfield(L, -2, "__gc");
-  lua_setmetatable(L, state);
-  ((lbackoff_state *)lua_touserdata(L, state))->meta = lua_topointer(L, mt);
   lbackoff_register(L, mt, mt, state, lbackoff_meta);
   lua_newtable(L);
   methods = lua_gettop(L);

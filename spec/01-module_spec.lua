@@ -60,4 +60,19 @@ describe("require 'backoff'", function()
     end
     assert.has_error(function() backoff.sleep() end)
   end)
+
+  it("a second load keeps old and new objects working together", function()
+    local old_core = require "backoff.core"
+    local old = require("backoff").exponential { initial_delay = 1, seed = 1 }
+    package.loaded.backoff, package.loaded["backoff.core"] = nil, nil
+    local fresh = require "backoff"
+    local new = fresh.exponential { initial_delay = 1, seed = 1 }
+    assert.are_not.equal(old_core, require "backoff.core")
+    assert.equal(1, old:failure(0))
+    assert.equal(1, new:failure(0))
+    -- the methods of either load accept the objects of the other
+    assert.equal(2, old_core.methods.failure(new, 0))
+    assert.equal(2, require("backoff.core").methods.failure(old, 0))
+    assert.equal(1, old:clone():failure(0))
+  end)
 end)
