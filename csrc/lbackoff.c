@@ -220,19 +220,25 @@ static const char *lbackoff_repr(lua_State *L, int idx) {
 /* self                                                              */
 /* ----------------------------------------------------------------- */
 
+/* raise the error for a wrong object at index 1 */
+static void lbackoff_bad_self(lua_State *L) {
+  const char *got = lbackoff_repr(L, 1);   /* stays on the stack */
+  luaL_argerror(L, 1, lua_pushfstring(L, LBACKOFF_MT " expected, got %s",
+                                       lua_type(L, 1) == LUA_TUSERDATA
+                                         ? "another userdata" : got));
+}
+
 /*
 ** The object at index 1: a userdata of our size whose owner is this
-** module's state (see lbackoff_object).  Three API calls in the common
-** case; the size is checked before owner is read.
+** module's state (see lbackoff_object).  Two API calls in the common
+** case; the size is checked before owner is read.  inline: it is on
+** the path of every method call, and the error is kept out of line.
 */
-static backoff_t *lbackoff_self_st(lua_State *L, const lbackoff_state *st) {
+static inline backoff_t *lbackoff_self_st(lua_State *L,
+                                          const lbackoff_state *st) {
   lbackoff_object *o = (lbackoff_object *)lua_touserdata(L, 1);
-  if (o == NULL || lua_rawlen(L, 1) != sizeof *o || o->owner != st) {
-    const char *got = lbackoff_repr(L, 1);   /* stays on the stack */
-    luaL_argerror(L, 1, lua_pushfstring(L, LBACKOFF_MT " expected, got %s",
-                                         lua_type(L, 1) == LUA_TUSERDATA
-                                           ? "another userdata" : got));
-  }
+  if (o == NULL || lua_rawlen(L, 1) != sizeof *o || o->owner != st)
+    lbackoff_bad_self(L);
   return &o->core;
 }
 
@@ -272,20 +278,24 @@ static double lbackoff_now(lua_State *L, const backoff_t *b,
   return t;
 }
 
-/* optional timestamp argument 2, else the object's clock */
-static double lbackoff_time_arg(lua_State *L, const backoff_t *b,
-                                const char *method) {
-  double t;
-  int type = lua_type(L, 2);
-  if (type == LUA_TNUMBER) {
-    t = lua_tonumber(L, 2);
-    if (t == t && t <= DBL_MAX && t >= -DBL_MAX) return t;
-  } else if (type == LUA_TNONE || type == LUA_TNIL) {
-    return lbackoff_now(L, b, method);
-  }
+/* timestamp argument 2 when it is not a finite number: nil or none
+   asks the object's clock, anything else is an error */
+static double lbackoff_time_arg_other(lua_State *L, const backoff_t *b,
+                                      const char *method) {
+  if (lua_isnoneornil(L, 2)) return lbackoff_now(L, b, method);
   luaL_argerror(L, 2, lua_pushfstring(L,
     "timestamp must be a finite number (got %s)", lbackoff_repr(L, 2)));
   return 0;   /* not reached: luaL_argerror raises */
+}
+
+/* optional timestamp argument 2, else the object's clock */
+static inline double lbackoff_time_arg(lua_State *L, const backoff_t *b,
+                                       const char *method) {
+  if (lua_type(L, 2) == LUA_TNUMBER) {
+    double t = (double)lua_tonumber(L, 2);
+    if (t == t && t <= DBL_MAX && t >= -DBL_MAX) return t;
+  }
+  return lbackoff_time_arg_other(L, b, method);
 }
 
 /* ----------------------------------------------------------------- */
@@ -660,7 +670,8 @@ static int lbackoff_new(lua_State *L) {
 /* ----------------------------------------------------------------- */
 
 /* delay [, timeout] or nil, reason */
-static int lbackoff_push_result(lua_State *L, const backoff_result *r) {
+static inline int lbackoff_push_result(lua_State *L,
+                                       const backoff_result *r) {
   if (r->give_up != BACKOFF_CONTINUE) {
     lua_pushnil(L);
     lua_pushstring(L, backoff_give_up_name(r->give_up));
