@@ -326,9 +326,10 @@ static double raw_failure(backoff_t *b) {
       /* initial * base ** (n-1); initial is finite, so fin() first
          keeps 0 * inf (NaN) out.  Base 2 (the default) is a power of
          two: built exactly from its bits, as pow would return it, at a
-         fraction of pow's cost. */
-      if (c->on_failure == 2 && n <= 1024)
-        return fin(c->initial * pow2(n - 1));
+         fraction of pow's cost; past 2^1023 pow gives inf, which fin
+         makes DBL_MAX. */
+      if (c->on_failure == 2)   /* pow(2, n-1) overflows past 1023 */
+        return fin(c->initial * (n <= 1024 ? pow2(n - 1) : DBL_MAX));
       return fin(c->initial * fin(pow(c->on_failure, (double)(n - 1))));
     case BACKOFF_FIBONACCI:
       /* seq_a = D(n-1), seq_b = D(n), the raw (unclamped) values */

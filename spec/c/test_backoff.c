@@ -210,6 +210,24 @@ static void test_overflow_saturates(void **state) {
     }
 }
 
+/* base 2 is computed from the bits of the double, not by pow: check it
+   against pow (then fin, as the general path does) across 2^1023 */
+static void test_base2_matches_pow(void **state) {
+  static const double initials[] = { 1e-300, 0.001, 1, 3, 1e300 };
+  size_t k;
+  uint64_t n;
+  (void)state;
+  for (k = 0; k < sizeof initials / sizeof initials[0]; k++) {
+    backoff_t b = make(BACKOFF_EXPONENTIAL, initials[k], 2, 0);
+    for (n = 1; n <= 1100; n++) {
+      double p = pow(2.0, (double)(n - 1));
+      double want = initials[k] * (p > DBL_MAX ? DBL_MAX : p);
+      if (want > DBL_MAX) want = DBL_MAX;
+      assert_true(on_failure(&b, 0) == want);
+    }
+  }
+}
+
 static void test_attempts_saturate(void **state) {
   backoff_t b = make(BACKOFF_EXPONENTIAL, 1, 2, 0);
   (void)state;
@@ -353,6 +371,7 @@ int main(void) {
     cmocka_unit_test(test_max_attempts),
     cmocka_unit_test(test_max_duration_sticks),
     cmocka_unit_test(test_overflow_saturates),
+    cmocka_unit_test(test_base2_matches_pow),
     cmocka_unit_test(test_attempts_saturate),
     cmocka_unit_test(test_bad_config_rejected),
     cmocka_unit_test(test_bad_timestamp_changes_nothing),
