@@ -1,17 +1,51 @@
 /*
-** empty.c -- the baseline of `make bench`: a userdata whose method does
-** nothing, the least a Lua C binding can cost per call.
+** empty.c -- the baselines of `make bench`: a userdata whose methods do
+** (almost) nothing, the least a Lua C binding can cost per call.
+**
+**   noop     returns nothing: the empty C method call, the unit of the table
+**   number   returns one constant number
+**   floor    what any b:failure(ts) binding must do before its own work:
+**            check self (pointer, size, owner: as lbackoff.c does), check
+**            that ts is a number, read it, return one number
 */
 #include "lua.h"
 #include "lauxlib.h"
+
+#if LUA_VERSION_NUM == 501
+#define lua_rawlen(L, i) lua_objlen(L, i)
+#endif
+
+typedef struct empty_object {
+  const void *owner;
+  double factor;
+} empty_object;
 
 static int empty_noop(lua_State *L) {
   (void)L;
   return 0;
 }
 
+static int empty_number(lua_State *L) {
+  lua_pushnumber(L, 1.5);
+  return 1;
+}
+
+static int empty_floor(lua_State *L) {
+  const void *owner = lua_touserdata(L, lua_upvalueindex(1));
+  empty_object *o = (empty_object *)lua_touserdata(L, 1);
+  if (o == NULL || lua_rawlen(L, 1) != sizeof *o || o->owner != owner)
+    return luaL_argerror(L, 1, "bench object expected");
+  if (lua_type(L, 2) != LUA_TNUMBER)
+    return luaL_argerror(L, 2, "number expected");
+  lua_pushnumber(L, lua_tonumber(L, 2) * o->factor);
+  return 1;
+}
+
+/* upvalues: the metatable, the owner token */
 static int empty_new(lua_State *L) {
-  lua_newuserdata(L, 8);
+  empty_object *o = (empty_object *)lua_newuserdata(L, sizeof *o);
+  o->owner = lua_touserdata(L, lua_upvalueindex(2));
+  o->factor = 0.5;
   lua_pushvalue(L, lua_upvalueindex(1));
   lua_setmetatable(L, -2);
   return 1;
@@ -22,11 +56,17 @@ int luaopen_bench_empty(lua_State *L);
 int luaopen_bench_empty(lua_State *L) {
   lua_newtable(L);                       /* M */
   lua_newtable(L);                       /* M, mt */
-  lua_newtable(L);                       /* M, mt, methods */
+  lua_newuserdata(L, 1);                 /* M, mt, owner */
+  lua_newtable(L);                       /* M, mt, owner, methods */
   lua_pushcfunction(L, empty_noop);
   lua_setfield(L, -2, "noop");
-  lua_setfield(L, -2, "__index");        /* M, mt */
-  lua_pushcclosure(L, empty_new, 1);     /* M, new */
+  lua_pushcfunction(L, empty_number);
+  lua_setfield(L, -2, "number");
+  lua_pushvalue(L, -2);
+  lua_pushcclosure(L, empty_floor, 1);
+  lua_setfield(L, -2, "floor");
+  lua_setfield(L, -3, "__index");        /* M, mt, owner */
+  lua_pushcclosure(L, empty_new, 2);     /* M, new */
   lua_setfield(L, -2, "new");
   return 1;
 }
