@@ -5,6 +5,7 @@
 #   make               build the module for LUA_VERSION (default 5.4)
 #   make LUA_VERSION=luajit    (or 5.1, 5.2, 5.3)
 #   make bench         call costs (5.4, LuaJIT) and the thundering herd
+#   make herd-reference  the herd re-run by an independent model (Python)
 #   make fuzz          libFuzzer on the core (FUZZ_TIME=60 seconds)
 #
 # Missing Debian packages are installed (as root) or named (otherwise)
@@ -40,7 +41,7 @@ MODULE = $(BUILD)/$(1)/backoff/core.so
 LUA_ENV = LUA_PATH='./lua/?.lua;;' LUA_CPATH='./$(BUILD)/$(1)/?.so;;'
 
 .PHONY: all demo test ctest lint clean deps-demo deps-test print rock-test core-alone \
-        asan-busted valgrind allocfail fuzz threads bench
+        asan-busted valgrind allocfail fuzz threads bench herd-reference
 
 all: deps-demo $(call MODULE,$(LUA_VERSION))
 
@@ -197,6 +198,13 @@ bench: deps-test $(call MODULE,5.4) $(call MODULE,luajit) \
 	@echo
 	@$(call LUA_ENV,luajit) luajit bench/herd.lua --csv $(BUILD)/herd.csv \
 	  --svg $(BUILD)/herd.svg
+
+# the herd again, by bench/herd_reference.py: the blog's model written
+# independently in Python, compared figure by figure with the CSV above
+herd-reference:
+	@sh .ci/deps python3
+	@test -f $(BUILD)/herd.csv || $(MAKE) -s bench
+	@python3 bench/herd_reference.py --csv $(BUILD)/herd.csv
 
 lint:
 	@luacheck -q lua spec examples bench bin/backoff-delays && echo "ok - luacheck: no warnings"
