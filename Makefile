@@ -41,7 +41,7 @@ MODULE = $(BUILD)/$(1)/backoff/core.so
 LUA_ENV = LUA_PATH='./lua/?.lua;;' LUA_CPATH='./$(BUILD)/$(1)/?.so;;'
 
 .PHONY: all demo test ctest lint clean deps-demo deps-test print rock-test core-alone \
-        asan-busted valgrind allocfail fuzz threads bench herd-reference
+        asan-busted valgrind allocfail forged fuzz threads bench herd-reference
 
 all: deps-demo $(call MODULE,$(LUA_VERSION))
 
@@ -90,6 +90,7 @@ test: deps-test $(foreach v,$(LUA_VERSIONS),$(call MODULE,$(v)))
 	@for v in 5.1 5.4 luajit; do \
 	  $(SUITE) valgrind-$$v $(MAKE) -s valgrind V=$$v; done
 	@$(SUITE) allocfail $(MAKE) -s allocfail
+	@$(SUITE) forged $(MAKE) -s forged
 	@$(SUITE) fuzz $(MAKE) -s fuzz FUZZ_TIME=20
 	@$(SUITE) threads $(MAKE) -s threads
 	@$(SUITE) nginx timeout 300 lua5.4 spec/nginx/run.lua $(CURDIR)
@@ -157,6 +158,15 @@ $(BUILD)/allocfail: spec/c/allocfail.c $(CORE) $(BINDING)
 allocfail: $(BUILD)/allocfail
 	@ASAN_OPTIONS=detect_leaks=1 $(BUILD)/allocfail \
 	  spec/valgrind_smoke.lua './lua/?.lua' | grep -v '^valgrind_smoke'
+
+# userdata of our size forged in C with our metatable (Lua 5.4 host)
+$(BUILD)/forged: spec/c/forged.c $(CORE) $(BINDING)
+	@mkdir -p $(@D)
+	$(CC) -O1 -g $(WARN) -Werror $(SANITIZE) -I$(call lua_inc,5.4) -Icsrc \
+	  -o $@ spec/c/forged.c csrc/backoff.c $(BINDING) -llua5.4 -lm
+
+forged: $(BUILD)/forged
+	@ASAN_OPTIONS=detect_leaks=1 $(BUILD)/forged
 
 # libFuzzer on the core: make fuzz FUZZ_TIME=600 (seconds)
 FUZZ_TIME ?= 60
