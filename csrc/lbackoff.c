@@ -204,6 +204,8 @@ static void lbackoff_forkcheck(lua_State *L, lbackoff_state *st,
 static const char *lbackoff_repr(lua_State *L, int idx) {
   switch (lua_type(L, idx)) {
     case LUA_TNUMBER:
+      if (lua_tonumber(L, idx) != lua_tonumber(L, idx))
+        return lua_pushfstring(L, "nan");   /* not "-nan" on some libcs */
       lua_pushvalue(L, idx);  /* convert a copy, never the original */
       lua_tostring(L, -1);
       return lua_tostring(L, -1);
@@ -220,12 +222,16 @@ static const char *lbackoff_repr(lua_State *L, int idx) {
 /* self                                                              */
 /* ----------------------------------------------------------------- */
 
-/* raise the error for a wrong object at index 1 */
-static void lbackoff_bad_self(lua_State *L) {
+/*
+** raise the error for a wrong object at index 1.  Messages name the
+** method themselves ("backoff:failure: ..."): the debug information that
+** luaL_argerror relies on has no name for pcall(b.failure, ...) or for a
+** tail call, and LuaJIT often has none.
+*/
+static void lbackoff_bad_self(lua_State *L, const char *method) {
   const char *got = lbackoff_repr(L, 1);   /* stays on the stack */
-  luaL_argerror(L, 1, lua_pushfstring(L, LBACKOFF_MT " expected, got %s",
-                                       lua_type(L, 1) == LUA_TUSERDATA
-                                         ? "another userdata" : got));
+  luaL_error(L, "backoff:%s: " LBACKOFF_MT " expected, got %s", method,
+             lua_type(L, 1) == LUA_TUSERDATA ? "another userdata" : got);
 }
 
 /*
@@ -235,15 +241,17 @@ static void lbackoff_bad_self(lua_State *L) {
 ** the path of every method call, and the error is kept out of line.
 */
 static inline backoff_t *lbackoff_self_st(lua_State *L,
-                                          const lbackoff_state *st) {
+                                          const lbackoff_state *st,
+                                          const char *method) {
   lbackoff_object *o = (lbackoff_object *)lua_touserdata(L, 1);
   if (o == NULL || lua_rawlen(L, 1) != sizeof *o || o->owner != st)
-    lbackoff_bad_self(L);
+    lbackoff_bad_self(L, method);
   return &o->core;
 }
 
-static backoff_t *lbackoff_self(lua_State *L) {
-  return lbackoff_self_st(L, (lbackoff_state *)lua_touserdata(L, UV_STATE));
+static backoff_t *lbackoff_self(lua_State *L, const char *method) {
+  return lbackoff_self_st(L, (lbackoff_state *)lua_touserdata(L, UV_STATE),
+                          method);
 }
 
 static const char *lbackoff_name(const backoff_t *b) {
@@ -283,9 +291,9 @@ static double lbackoff_now(lua_State *L, const backoff_t *b,
 static double lbackoff_time_arg_other(lua_State *L, const backoff_t *b,
                                       const char *method) {
   if (lua_isnoneornil(L, 2)) return lbackoff_now(L, b, method);
-  luaL_argerror(L, 2, lua_pushfstring(L,
-    "timestamp must be a finite number (got %s)", lbackoff_repr(L, 2)));
-  return 0;   /* not reached: luaL_argerror raises */
+  luaL_error(L, "backoff.%s:%s: timestamp must be a finite number (got %s)",
+             lbackoff_name(b), method, lbackoff_repr(L, 2));
+  return 0;   /* not reached: luaL_error raises */
 }
 
 /* optional timestamp argument 2, else the object's clock */
@@ -685,7 +693,7 @@ static inline int lbackoff_push_result(lua_State *L,
 
 static int lbackoff_failure(lua_State *L) {
   lbackoff_state *st = (lbackoff_state *)lua_touserdata(L, UV_STATE);
-  backoff_t *b = lbackoff_self_st(L, st);
+  backoff_t *b = lbackoff_self_st(L, st, "failure");
   double ts = lbackoff_time_arg(L, b, "failure");
   backoff_result r;
   lbackoff_forkcheck(L, st, b);
@@ -695,7 +703,7 @@ static int lbackoff_failure(lua_State *L) {
 
 static int lbackoff_success(lua_State *L) {
   lbackoff_state *st = (lbackoff_state *)lua_touserdata(L, UV_STATE);
-  backoff_t *b = lbackoff_self_st(L, st);
+  backoff_t *b = lbackoff_self_st(L, st, "success");
   double ts = lbackoff_time_arg(L, b, "success");
   backoff_result r;
   lbackoff_forkcheck(L, st, b);
@@ -705,7 +713,7 @@ static int lbackoff_success(lua_State *L) {
 
 static int lbackoff_timeout(lua_State *L) {
   double t;
-  if (backoff_timeout(lbackoff_self(L), &t))
+  if (backoff_timeout(lbackoff_self(L, "timeout"), &t))
     lua_pushnumber(L, (lua_Number)t);
   else
     lua_pushnil(L);
@@ -713,7 +721,7 @@ static int lbackoff_timeout(lua_State *L) {
 }
 
 static int lbackoff_delay(lua_State *L) {
-  lua_pushnumber(L, (lua_Number)backoff_delay(lbackoff_self(L)));
+  lua_pushnumber(L, (lua_Number)backoff_delay(lbackoff_self(L, "delay")));
   return 1;
 }
 
@@ -725,12 +733,12 @@ static void lbackoff_push_count(lua_State *L, uint64_t n) {
 }
 
 static int lbackoff_attempts(lua_State *L) {
-  lbackoff_push_count(L, backoff_attempts(lbackoff_self(L)));
+  lbackoff_push_count(L, backoff_attempts(lbackoff_self(L, "attempts")));
   return 1;
 }
 
 static int lbackoff_elapsed(lua_State *L) {
-  backoff_t *b = lbackoff_self(L);
+  backoff_t *b = lbackoff_self(L, "elapsed");
   double e = lbackoff_time_arg(L, b, "elapsed") - backoff_start(b);
   /* before the start counts as no time; never inf */
   lua_pushnumber(L, (lua_Number)(e > 0 ? (e > DBL_MAX ? DBL_MAX : e) : 0.0));
@@ -738,7 +746,7 @@ static int lbackoff_elapsed(lua_State *L) {
 }
 
 static int lbackoff_reset(lua_State *L) {
-  backoff_t *b = lbackoff_self(L);
+  backoff_t *b = lbackoff_self(L, "reset");
   double start = lbackoff_time_arg(L, b, "reset");
   if (!(b->user_flags & LB_SEEDED)) lbackoff_fresh_stream(L, b);
   backoff_reset(b, start);            /* restarts the stream of b->seed */
@@ -747,7 +755,7 @@ static int lbackoff_reset(lua_State *L) {
 }
 
 static int lbackoff_clone(lua_State *L) {
-  backoff_t *b = lbackoff_self(L), *c;
+  backoff_t *b = lbackoff_self(L, "clone"), *c;
   double start;
   int extra;
   if (b->user_flags & LB_HAS_START) {
@@ -775,7 +783,7 @@ static void lbackoff_set_number(lua_State *L, const char *k, double v) {
 
 /* a new table of every effective option: new(t.strategy, t) rebuilds */
 static int lbackoff_config(lua_State *L) {
-  backoff_t *b = lbackoff_self(L);
+  backoff_t *b = lbackoff_self(L, "config");
   const backoff_config *c = &b->cfg;
   backoff_config tmp = *c;
   int s = c->strategy, i;
@@ -835,7 +843,7 @@ static int lbackoff_config(lua_State *L) {
 }
 
 static int lbackoff_tostring(lua_State *L) {
-  backoff_t *b = lbackoff_self(L);
+  backoff_t *b = lbackoff_self(L, "__tostring");
   lua_pushfstring(L, "backoff.%s: %p", lbackoff_name(b), (void *)b);
   return 1;
 }
@@ -844,7 +852,12 @@ static int lbackoff_tostring(lua_State *L) {
    sit in a weak table), so there is nothing to release; checking self
    keeps a stray call through getmetatable harmless. */
 static int lbackoff_gc(lua_State *L) {
-  lbackoff_self(L);
+  lbackoff_self(L, "__gc");
+  return 0;
+}
+
+static int lbackoff_close(lua_State *L) {
+  lbackoff_self(L, "__close");
   return 0;
 }
 
@@ -862,8 +875,8 @@ static int lbackoff_sleep(lua_State *L) {
   double s = lua_tonumber(L, 1);
   struct timespec req, rem;
   if (lua_type(L, 1) != LUA_TNUMBER || !(s >= 0) || s > DBL_MAX)
-    return luaL_argerror(L, 1, lua_pushfstring(L,
-      "seconds must be a finite number >= 0 (got %s)", lbackoff_repr(L, 1)));
+    return luaL_error(L, "backoff.sleep: seconds must be a finite number "
+                      ">= 0 (got %s)", lbackoff_repr(L, 1));
   if (s > 1e9) s = 1e9;   /* ~31 years: keeps tv_sec in range */
   req.tv_sec = (time_t)s;
   req.tv_nsec = (long)((s - (double)req.tv_sec) * 1e9);
@@ -875,7 +888,7 @@ static int lbackoff_sleep(lua_State *L) {
 
 static const luaL_Reg lbackoff_meta[] = {
   {"__gc", lbackoff_gc},
-  {"__close", lbackoff_gc},
+  {"__close", lbackoff_close},
   {"__tostring", lbackoff_tostring},
   {NULL, NULL}
 };

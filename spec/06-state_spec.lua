@@ -76,6 +76,24 @@ describe("state", function()
         true)
     end)
 
+  it("names strategy and method in the timestamp error, even via pcall",
+    function()
+      local b = backoff.constant { delay = 1 }
+      for _, name in ipairs { "failure", "success", "elapsed", "reset" } do
+        for bad, shown in pairs { ["10"] = "'10'", [true] = "true",
+                                  [math.huge] = "inf" } do
+          local ok, err = pcall(b[name], b, bad)
+          assert.is_false(ok)
+          assert.matches("backoff.constant:" .. name .. ": timestamp must "
+            .. "be a finite number (got " .. shown .. ")", err, nil, true)
+        end
+        local ok, err = pcall(b[name], b, 0 / 0)
+        assert.is_false(ok)
+        assert.matches("(got nan)", err, nil, true)
+      end
+      assert.equal(0, b:attempts())
+    end)
+
   it("reads the time from the clock option", function()
     local now = 100
     local b = backoff.constant { delay = 2, consider_actual_delay = true,
