@@ -85,6 +85,8 @@ test: deps-test $(foreach v,$(LUA_VERSIONS),$(call MODULE,$(v)))
 	  $(SUITE) busted-$$v $$lua /usr/bin/busted \
 	    --lpath='./lua/?.lua' --cpath="./$(BUILD)/$$v/?.so" -o TAP spec; \
 	done
+	@BACKOFF_NO_FFI=1 $(SUITE) busted-luajit-noffi luajit /usr/bin/busted \
+	  --lpath='./lua/?.lua' --cpath="./$(BUILD)/luajit/?.so" -o TAP spec
 	@for v in 5.1 5.4; do \
 	  $(SUITE) asan-busted-$$v $(MAKE) -s asan-busted V=$$v; done
 	@for v in 5.1 5.4 luajit; do \

@@ -48,6 +48,7 @@
 #define LBACKOFF_MT "backoff.Backoff"
 #define LBACKOFF_EXTRA "backoff.extra"   /* registry: ud -> {clock,start} */
 #define LBACKOFF_STATE "backoff.state"   /* registry: the lbackoff_state */
+#define LBACKOFF_FFI "backoff.ffi"       /* registry: weak set of objects */
 
 /* backoff_t.user_flags */
 #define LB_SEEDED 1       /* the user gave a seed */
@@ -70,6 +71,7 @@
 typedef struct lbackoff_state {
   uint64_t counter;
   volatile uint32_t *wipe;
+  int ffi;                  /* register new objects for the FFI path */
 } lbackoff_state;
 
 /*
@@ -82,7 +84,7 @@ typedef struct lbackoff_state {
 */
 typedef struct lbackoff_object {
   backoff_t core;                 /* first: the object is its core */
-  const lbackoff_state *owner;
+  lbackoff_state *owner;
 } lbackoff_object;
 
 /* ----------------------------------------------------------------- */
@@ -123,14 +125,11 @@ static uint32_t lbackoff_tag_st(lbackoff_state *st) {
   return tag;
 }
 
-static uint32_t lbackoff_process_tag(lua_State *L) {
-  return lbackoff_tag_st((lbackoff_state *)lua_touserdata(L, UV_STATE));
-}
-
 static void lbackoff_state_init(lbackoff_state *st) {
   void *page = MAP_FAILED;
   st->counter = 0;
   st->wipe = NULL;
+  st->ffi = 0;
 #if defined(MADV_WIPEONFORK) && defined(MAP_ANONYMOUS)
   page = mmap(NULL, 4096, PROT_READ | PROT_WRITE,
               MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -158,10 +157,9 @@ static int lbackoff_state_gc(lua_State *L) {
 ** (splitmix64 seeding + one xoshiro step).  Includes the pid, so
 ** workers forked from one master draw different streams.
 */
-static uint64_t lbackoff_fresh_seed(lua_State *L, const void *p) {
+static uint64_t lbackoff_fresh_seed(lbackoff_state *st, const void *p) {
   struct timespec m, r;
   backoff_rng rng;
-  lbackoff_state *st = (lbackoff_state *)lua_touserdata(L, UV_STATE);
   uint64_t x;
   clock_gettime(CLOCK_MONOTONIC, &m);
   clock_gettime(CLOCK_REALTIME, &r);
@@ -183,17 +181,23 @@ static int lbackoff_draws(const backoff_t *b) {
          (backoff_config_timeouts_active(c) && c->timeout_jitter_factor > 0);
 }
 
+/* the state of the module that built b (see lbackoff_object) */
+static lbackoff_state *lbackoff_owner(backoff_t *b) {
+  return ((lbackoff_object *)(void *)b)->owner;
+}
+
 /* a new jitter stream for an unseeded object, owned by this process */
-static void lbackoff_fresh_stream(lua_State *L, backoff_t *b) {
-  backoff_reseed(b, lbackoff_fresh_seed(L, b));
-  b->user_tag = lbackoff_process_tag(L);
+static void lbackoff_fresh_stream(backoff_t *b) {
+  lbackoff_state *st = lbackoff_owner(b);
+  backoff_reseed(b, lbackoff_fresh_seed(st, b));
+  b->user_tag = lbackoff_tag_st(st);
 }
 
 /* an unseeded object copied into a forked child gets its own stream */
-static void lbackoff_forkcheck(lua_State *L, lbackoff_state *st,
-                               backoff_t *b) {
+static void lbackoff_forkcheck(backoff_t *b) {
   if ((b->user_flags & (LB_SEEDED | LB_DRAWS)) != LB_DRAWS) return;
-  if (b->user_tag != lbackoff_tag_st(st)) lbackoff_fresh_stream(L, b);
+  if (b->user_tag != lbackoff_tag_st(lbackoff_owner(b)))
+    lbackoff_fresh_stream(b);
 }
 
 /* ----------------------------------------------------------------- */
@@ -598,9 +602,16 @@ static void lbackoff_read_spec(lua_State *L, int idx, lbackoff_spec *sp) {
 static backoff_t *lbackoff_newud(lua_State *L) {
   lbackoff_object *o =
     (lbackoff_object *)lua_newuserdatauv(L, sizeof *o, 0);
-  o->owner = (const lbackoff_state *)lua_touserdata(L, UV_STATE);
+  o->owner = (lbackoff_state *)lua_touserdata(L, UV_STATE);
   lua_pushvalue(L, UV_META);
   lua_setmetatable(L, -2);
+  if (o->owner->ffi) {          /* the set the FFI path trusts: see below */
+    lua_getfield(L, LUA_REGISTRYINDEX, LBACKOFF_FFI);
+    lua_pushvalue(L, -2);
+    lua_pushboolean(L, 1);
+    lua_rawset(L, -3);
+    lua_pop(L, 1);
+  }
   return &o->core;
 }
 
@@ -644,14 +655,15 @@ static int lbackoff_construct(lua_State *L, int strategy, int idx) {
     }
   }
   b = lbackoff_newud(L);
-  if (!lbackoff_given(&sp, "seed")) sp.seed = lbackoff_fresh_seed(L, b);
+  if (!lbackoff_given(&sp, "seed"))
+    sp.seed = lbackoff_fresh_seed(lbackoff_owner(b), b);
   backoff_init(b, &sp.cfg, sp.start, sp.seed, NULL);  /* checked above */
   b->user_flags = (unsigned char)
     ((lbackoff_given(&sp, "seed") ? LB_SEEDED : 0) |
      (lbackoff_given(&sp, "clock") ? LB_EXTRA | LB_HAS_CLOCK : 0) |
      (lbackoff_given(&sp, "start") ? LB_EXTRA | LB_HAS_START : 0));
   if (lbackoff_draws(b)) b->user_flags |= LB_DRAWS;
-  b->user_tag = lbackoff_process_tag(L);
+  b->user_tag = lbackoff_tag_st(lbackoff_owner(b));
   if (b->user_flags & LB_EXTRA) lbackoff_set_extra(L, top);
   return 1;
 }
@@ -696,7 +708,7 @@ static int lbackoff_failure(lua_State *L) {
   backoff_t *b = lbackoff_self_st(L, st, "failure");
   double ts = lbackoff_time_arg(L, b, "failure");
   backoff_result r;
-  lbackoff_forkcheck(L, st, b);
+  lbackoff_forkcheck(b);
   backoff_failure(b, ts, &r);   /* ts is finite: cannot fail */
   return lbackoff_push_result(L, &r);
 }
@@ -706,7 +718,7 @@ static int lbackoff_success(lua_State *L) {
   backoff_t *b = lbackoff_self_st(L, st, "success");
   double ts = lbackoff_time_arg(L, b, "success");
   backoff_result r;
-  lbackoff_forkcheck(L, st, b);
+  lbackoff_forkcheck(b);
   backoff_success(b, ts, &r);
   return lbackoff_push_result(L, &r);
 }
@@ -748,7 +760,7 @@ static int lbackoff_elapsed(lua_State *L) {
 static int lbackoff_reset(lua_State *L) {
   backoff_t *b = lbackoff_self(L, "reset");
   double start = lbackoff_time_arg(L, b, "reset");
-  if (!(b->user_flags & LB_SEEDED)) lbackoff_fresh_stream(L, b);
+  if (!(b->user_flags & LB_SEEDED)) lbackoff_fresh_stream(b);
   backoff_reset(b, start);            /* restarts the stream of b->seed */
   lua_settop(L, 1);
   return 1;
@@ -770,7 +782,7 @@ static int lbackoff_clone(lua_State *L) {
   extra = lua_gettop(L);
   c = lbackoff_newud(L);            /* extra, clone */
   memcpy(c, b, sizeof *c);
-  if (!(c->user_flags & LB_SEEDED)) lbackoff_fresh_stream(L, c);
+  if (!(c->user_flags & LB_SEEDED)) lbackoff_fresh_stream(c);
   backoff_reset(c, start);          /* restarts the stream of c->seed */
   if (c->user_flags & LB_EXTRA) lbackoff_set_extra(L, extra);
   return 1;
@@ -862,6 +874,86 @@ static int lbackoff_close(lua_State *L) {
 }
 
 /* ----------------------------------------------------------------- */
+/* the LuaJIT FFI fast path                                          */
+/* ----------------------------------------------------------------- */
+
+/*
+** Under LuaJIT, lua/backoff.lua calls lbackoff_ffi_step through the FFI
+** for b:failure() and b:success(): the JIT compiles that into a direct
+** call, where a Lua C function stops the trace.  The FFI cannot check
+** what it passes, so Lua passes only objects found in the weak set
+** _ffi_objects() returns, which this module fills as it builds objects
+** (and nothing else can write).  Whatever the step does not handle it
+** leaves untouched and answers LB_FFI_SLOW: the method proper then runs
+** and raises the error or calls the Lua clock.
+*/
+#define LB_FFI_SLOW (-1)
+#define LB_FFI_DELAY 0            /* out[0] */
+#define LB_FFI_DELAY_TIMEOUT 1    /* out[0], out[1] */
+#define LB_FFI_GIVE_UP 2          /* + the backoff_give_up reason */
+
+#define LB_FFI_SUCCESS 1          /* op: success (else failure) */
+#define LB_FFI_NOW 2              /* op: no timestamp given */
+
+LBACKOFF_EXPORT int lbackoff_ffi_step(void *ud, int op, double ts,
+                                      double *out);
+LBACKOFF_EXPORT const void *lbackoff_ffi_token(void);
+
+LBACKOFF_EXPORT int lbackoff_ffi_step(void *ud, int op, double ts,
+                                      double *out) {
+  backoff_t *b = &((lbackoff_object *)ud)->core;
+  backoff_result r;
+  if (op & LB_FFI_NOW) {
+    if (b->user_flags & LB_HAS_CLOCK) return LB_FFI_SLOW;
+    ts = lbackoff_monotonic();
+  } else if (!(ts == ts && ts <= DBL_MAX && ts >= -DBL_MAX)) {
+    return LB_FFI_SLOW;
+  }
+  lbackoff_forkcheck(b);
+  if (op & LB_FFI_SUCCESS)
+    backoff_success(b, ts, &r);
+  else
+    backoff_failure(b, ts, &r);
+  if (r.give_up != BACKOFF_CONTINUE) return LB_FFI_GIVE_UP + r.give_up;
+  out[0] = r.delay;
+  if (!r.has_timeout) return LB_FFI_DELAY;
+  out[1] = r.timeout;
+  return LB_FFI_DELAY_TIMEOUT;
+}
+
+/* lets Lua check that the library the FFI loaded is this very one */
+static const char lbackoff_ffi_token_byte = 0;
+
+LBACKOFF_EXPORT const void *lbackoff_ffi_token(void) {
+  return &lbackoff_ffi_token_byte;
+}
+
+/* _ffi_objects(): from now on every new object goes into this weak set;
+   returns it and the give-up reasons by step result */
+static int lbackoff_ffi_objects(lua_State *L) {
+  lbackoff_state *st = (lbackoff_state *)lua_touserdata(L, UV_STATE);
+  int g;
+  lua_getfield(L, LUA_REGISTRYINDEX, LBACKOFF_FFI);
+  if (lua_isnil(L, -1)) {
+    lua_pop(L, 1);
+    lua_newtable(L);
+    lua_createtable(L, 0, 1);
+    lua_pushliteral(L, "k");
+    lua_setfield(L, -2, "__mode");
+    lua_setmetatable(L, -2);
+    lua_pushvalue(L, -1);
+    lua_setfield(L, LUA_REGISTRYINDEX, LBACKOFF_FFI);
+  }
+  lua_newtable(L);
+  for (g = 1; backoff_give_up_name(g) != NULL; g++) {
+    lua_pushstring(L, backoff_give_up_name(g));
+    lua_rawseti(L, -2, LB_FFI_GIVE_UP + g);
+  }
+  st->ffi = 1;
+  return 2;
+}
+
+/* ----------------------------------------------------------------- */
 /* module functions                                                  */
 /* ----------------------------------------------------------------- */
 
@@ -907,6 +999,7 @@ static const luaL_Reg lbackoff_methods[] = {
 };
 
 static const luaL_Reg lbackoff_functions[] = {
+  {"_ffi_objects", lbackoff_ffi_objects},
   {"new", lbackoff_new},
   {"now", lbackoff_monotonic_now},
   {"sleep", lbackoff_sleep},
@@ -988,6 +1081,8 @@ LBACKOFF_EXPORT int luaopen_backoff_core(lua_State *L) {
   lua_setfield(L, M, "methods");
   lua_pushliteral(L, "backoff " BACKOFF_VERSION);
   lua_setfield(L, M, "_VERSION");
+  lua_pushlightuserdata(L, (void *)(uintptr_t)&lbackoff_ffi_token_byte);
+  lua_setfield(L, M, "_ffi_token");
   lua_settop(L, M);
   return 1;
 }

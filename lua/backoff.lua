@@ -35,6 +35,61 @@ local function pack(...)
   return { n = select("#", ...), ... }
 end
 
+-- Under LuaJIT, b:failure() and b:success() go through the FFI to
+-- lbackoff_ffi_step (see csrc/lbackoff.c): the JIT compiles that into a
+-- direct call, where calling a Lua C function ends the trace.  Only
+-- objects in the module's own weak set are passed; anything the step
+-- does not handle (a bad argument, a Lua clock) runs the C method
+-- itself, so results and errors are the same either way.  Set
+-- BACKOFF_NO_FFI=1 to turn it off.
+local function ffi_fast_path()
+  if not rawget(_G, "jit") or os.getenv("BACKOFF_NO_FFI") then return end
+  local has_ffi, ffi = pcall(require, "ffi")
+  local path = has_ffi and package.searchpath
+               and package.searchpath("backoff.core", package.cpath)
+  if not path then return end
+  pcall(ffi.cdef, [[
+    int lbackoff_ffi_step(void *ud, int op, double ts, double *out);
+    const void *lbackoff_ffi_token(void);
+  ]])                           -- fails harmlessly when already declared
+  local ok, step = pcall(function()
+    local lib = ffi.load(path)
+    -- the library loaded must be the one require loaded, not a namesake
+    if lib.lbackoff_ffi_token() ~= ffi.cast("const void *", core._ffi_token)
+    then return nil end
+    return lib.lbackoff_ffi_step
+  end)
+  if not ok or not step then return end
+
+  local objects, reasons = core._ffi_objects()
+  local out = ffi.new("double[2]")
+  local c_failure, c_success = methods.failure, methods.success
+  local FAILURE, SUCCESS, NOW = 0, 1, 2
+
+  local function fast(self, ts, op)
+    if not objects[self] then return -1 end
+    if ts == nil then return step(self, op + NOW, 0, out) end
+    if type(ts) ~= "number" then return -1 end
+    return step(self, op, ts, out)
+  end
+
+  methods.failure = function(self, ts)
+    local r = fast(self, ts, FAILURE)
+    if r == 0 then return out[0] end
+    if r == 1 then return out[0], out[1] end
+    if r > 1 then return nil, reasons[r] end
+    return c_failure(self, ts)
+  end
+  methods.success = function(self, ts)
+    local r = fast(self, ts, SUCCESS)
+    if r == 0 then return out[0] end
+    if r == 1 then return out[0], out[1] end
+    if r > 1 then return nil, reasons[r] end
+    return c_success(self, ts)
+  end
+end
+ffi_fast_path()
+
 -- pcall that lets fn yield on PUC Lua 5.1 too, where pcall is a C
 -- function that cannot be yielded across: fn runs in a coroutine of
 -- its own and its yields are passed on to our caller.

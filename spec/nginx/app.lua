@@ -25,8 +25,12 @@ function app.init_worker()
     cloned[i] = ("%.17g"):format(c:failure(0))
   end
   p:reset()
+  -- "Lua": failure() is the LuaJIT FFI fast path's wrapper, as it
+  -- should be under OpenResty's LuaJIT
+  local path = debug.getinfo(getmetatable(p).__index.failure, "S").what
   ngx.shared.draws:set(tostring(ngx.worker.pid()),
-    table.concat(own, ",") .. " " .. table.concat(cloned, ","))
+    table.concat(own, ",") .. " " .. table.concat(cloned, ",") .. " "
+    .. path)
 end
 
 function app.draws()

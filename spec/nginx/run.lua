@@ -183,9 +183,10 @@ local function two_worker_checks(port)
   local lines = {}
   for _ = 1, 40 do
     lines = {}
-    for pid, own, cloned in (get(port, "/draws") or "")
-        :gmatch("(%d+) (%S+) (%S+)") do
-      lines[#lines + 1] = { pid = pid, own = own, cloned = cloned }
+    for pid, own, cloned, path in (get(port, "/draws") or "")
+        :gmatch("(%d+) (%S+) (%S+) (%S+)") do
+      lines[#lines + 1] = { pid = pid, own = own, cloned = cloned,
+                            path = path }
     end
     if #lines >= 2 then break end
     socket.sleep(0.05)
@@ -199,6 +200,9 @@ local function two_worker_checks(port)
     check(lines[1].cloned ~= lines[2].cloned,
       "workers draw different jitter from clones of it",
       lines[1].cloned .. "\n" .. lines[2].cloned)
+    check(lines[1].path == "Lua" and lines[2].path == "Lua",
+      "workers run failure() through the LuaJIT FFI fast path",
+      lines[1].path .. " " .. lines[2].path)
   end
 end
 
