@@ -133,7 +133,8 @@ rock-test:
 	    --delay-multiple-on-success 0.2 0 0 0 1 1 1 0 0 0 | tr '\n' ' ')" \
 	    = "2 6 10 2 1 1 5 9 13 " && \
 	  echo "ok - the installed backoff-delays prints the LIMD example" && \
-	  lua5.1 /usr/bin/busted -o TAP spec
+	  lua5.1 /usr/bin/busted -o TAP spec && \
+	  luajit /usr/bin/busted -o TAP spec/13-ffi_spec.lua
 
 # the whole busted suite against the sanitizer build (LD_PRELOAD puts
 # the ASan runtime first, as a plain lua binary is not instrumented)
