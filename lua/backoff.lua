@@ -63,30 +63,24 @@ local function ffi_fast_path()
 
   local objects, reasons = core._ffi_objects()
   local out = ffi.new("double[2]")
-  local c_failure, c_success = methods.failure, methods.success
   local FAILURE, SUCCESS, NOW = 0, 1, 2
 
-  local function fast(self, ts, op)
-    if not objects[self] then return -1 end
-    if ts == nil then return step(self, op + NOW, 0, out) end
-    if type(ts) ~= "number" then return -1 end
-    return step(self, op, ts, out)
+  -- the method op (FAILURE or SUCCESS), falling back to c_method
+  local function method(op, c_method)
+    return function(self, ts)
+      local r = -1
+      if objects[self] then
+        if ts == nil then r = step(self, op + NOW, 0, out)
+        elseif type(ts) == "number" then r = step(self, op, ts, out) end
+      end
+      if r == 0 then return out[0] end
+      if r == 1 then return out[0], out[1] end
+      if r > 1 then return nil, reasons[r] end
+      return c_method(self, ts)
+    end
   end
-
-  methods.failure = function(self, ts)
-    local r = fast(self, ts, FAILURE)
-    if r == 0 then return out[0] end
-    if r == 1 then return out[0], out[1] end
-    if r > 1 then return nil, reasons[r] end
-    return c_failure(self, ts)
-  end
-  methods.success = function(self, ts)
-    local r = fast(self, ts, SUCCESS)
-    if r == 0 then return out[0] end
-    if r == 1 then return out[0], out[1] end
-    if r > 1 then return nil, reasons[r] end
-    return c_success(self, ts)
-  end
+  methods.failure = method(FAILURE, methods.failure)
+  methods.success = method(SUCCESS, methods.success)
 end
 ffi_fast_path()
 
