@@ -227,15 +227,30 @@ static const char *lbackoff_repr(lua_State *L, int idx) {
 /* ----------------------------------------------------------------- */
 
 /*
-** raise the error for a wrong object at index 1.  Messages name the
-** method themselves ("backoff:failure: ..."): the debug information that
-** luaL_argerror relies on has no name for pcall(b.failure, ...) or for a
-** tail call, and LuaJIT often has none.
+** luaL_argerror with the function's name given, not looked up: Lua's
+** debug information has no name for pcall(b.failure, b, x), for a tail
+** call, or for a call from the FFI wrapper (it would say '?' or the name
+** of a local).  Same wording and numbering as luaL_argerror: a method
+** call counts self as argument 0.
 */
+static int lbackoff_argerror(lua_State *L, int arg, const char *fname,
+                             const char *msg) {
+  lua_Debug ar;
+  if (lua_getstack(L, 0, &ar) && lua_getinfo(L, "n", &ar) &&
+      ar.namewhat != NULL && strcmp(ar.namewhat, "method") == 0) {
+    arg--;
+    if (arg == 0)
+      return luaL_error(L, "calling '%s' on bad self (%s)", fname, msg);
+  }
+  return luaL_error(L, "bad argument #%d to '%s' (%s)", arg, fname, msg);
+}
+
+/* raise the error for a wrong object at index 1 */
 static void lbackoff_bad_self(lua_State *L, const char *method) {
   const char *got = lbackoff_repr(L, 1);   /* stays on the stack */
-  luaL_error(L, "backoff:%s: " LBACKOFF_MT " expected, got %s", method,
-             lua_type(L, 1) == LUA_TUSERDATA ? "another userdata" : got);
+  lbackoff_argerror(L, 1, method, lua_pushfstring(L,
+    LBACKOFF_MT " expected, got %s",
+    lua_type(L, 1) == LUA_TUSERDATA ? "another userdata" : got));
 }
 
 /*
@@ -295,9 +310,9 @@ static double lbackoff_now(lua_State *L, const backoff_t *b,
 static double lbackoff_time_arg_other(lua_State *L, const backoff_t *b,
                                       const char *method) {
   if (lua_isnoneornil(L, 2)) return lbackoff_now(L, b, method);
-  luaL_error(L, "backoff.%s:%s: timestamp must be a finite number (got %s)",
-             lbackoff_name(b), method, lbackoff_repr(L, 2));
-  return 0;   /* not reached: luaL_error raises */
+  lbackoff_argerror(L, 2, method, lua_pushfstring(L,
+    "timestamp must be a finite number (got %s)", lbackoff_repr(L, 2)));
+  return 0;   /* not reached: lbackoff_argerror raises */
 }
 
 /* optional timestamp argument 2, else the object's clock */
@@ -967,8 +982,8 @@ static int lbackoff_sleep(lua_State *L) {
   double s = lua_tonumber(L, 1);
   struct timespec req, rem;
   if (lua_type(L, 1) != LUA_TNUMBER || !(s >= 0) || s > DBL_MAX)
-    return luaL_error(L, "backoff.sleep: seconds must be a finite number "
-                      ">= 0 (got %s)", lbackoff_repr(L, 1));
+    return lbackoff_argerror(L, 1, "sleep", lua_pushfstring(L,
+      "seconds must be a finite number >= 0 (got %s)", lbackoff_repr(L, 1)));
   if (s > 1e9) s = 1e9;   /* ~31 years: keeps tv_sec in range */
   req.tv_sec = (time_t)s;
   req.tv_nsec = (long)((s - (double)req.tv_sec) * 1e9);

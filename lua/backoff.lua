@@ -189,7 +189,8 @@ end
 
 function methods.retry(self, fn, ropts)
   if not is_backoff(self) then
-    error("backoff:retry: backoff.Backoff expected, got " .. type(self), 2)
+    error("bad argument #1 to 'retry' (backoff.Backoff expected, got "
+          .. type(self) .. ")", 2)
   end
   return M.retry(self, fn, ropts)
 end

@@ -45,17 +45,22 @@ describe("the object", function()
         -- pcall(f, ...) directly: no debug name to lean on
         local ok, err = pcall(f, bad)
         assert.is_false(ok)
-        assert.matches("backoff:" .. name .. ": backoff.Backoff expected",
-          err, nil, true)
+        assert.matches("bad argument #1 to '" .. name ..
+          "' (backoff.Backoff expected", err, nil, true)
       end
       assert.has_error(function() f() end)
     end
     for _, name in ipairs { "__tostring", "__gc", "__close" } do
       local ok, err = pcall(mt[name], {})
       assert.is_false(ok)
-      assert.matches("backoff:" .. name .. ": backoff.Backoff expected",
-        err, nil, true)
+      assert.matches("bad argument #1 to '" .. name ..
+        "' (backoff.Backoff expected", err, nil, true)
     end
+    -- a method call counts self as argument 0, as luaL_argerror does
+    local impostor = setmetatable({}, { __index = mt.__index })
+    assert.error_matches(function() impostor:delay() end,
+      "calling 'delay' on bad self (backoff.Backoff expected, got table)",
+      nil, true)
   end)
 
   -- registered only where they apply, so that no version counts a
