@@ -897,8 +897,10 @@ static int lbackoff_close(lua_State *L) {
 ** for b:failure() and b:success(): the JIT compiles that into a direct
 ** call, where a Lua C function stops the trace.  The FFI cannot check
 ** what it passes, so Lua passes only objects found in the weak set
-** _ffi_objects() returns, which this module fills as it builds objects
-** (and nothing else can write).  Whatever the step does not handle it
+** _ffi_objects() returns, which this module fills as it builds objects.
+** It hands the set out once per lua_State, to lua/backoff.lua, which
+** keeps it in a local: no other Lua code can add a foreign value to it
+** (short of the debug library).  Whatever the step does not handle it
 ** leaves untouched and answers LB_FFI_SLOW: the method proper then runs
 ** and raises the error or calls the Lua clock.
 */
@@ -943,22 +945,20 @@ LBACKOFF_EXPORT const void *lbackoff_ffi_token(void) {
   return &lbackoff_ffi_token_byte;
 }
 
-/* _ffi_objects(): from now on every new object goes into this weak set;
-   returns it and the give-up reasons by step result */
+/* _ffi_objects(): the first call per lua_State returns a new weak set
+   that every object built from now on goes into, and the give-up
+   reasons by step result; later calls return nothing */
 static int lbackoff_ffi_objects(lua_State *L) {
   lbackoff_state *st = (lbackoff_state *)lua_touserdata(L, UV_STATE);
   int g;
-  lua_getfield(L, LUA_REGISTRYINDEX, LBACKOFF_FFI);
-  if (lua_isnil(L, -1)) {
-    lua_pop(L, 1);
-    lua_newtable(L);
-    lua_createtable(L, 0, 1);
-    lua_pushliteral(L, "k");
-    lua_setfield(L, -2, "__mode");
-    lua_setmetatable(L, -2);
-    lua_pushvalue(L, -1);
-    lua_setfield(L, LUA_REGISTRYINDEX, LBACKOFF_FFI);
-  }
+  if (st->ffi) return 0;
+  lua_newtable(L);
+  lua_createtable(L, 0, 1);
+  lua_pushliteral(L, "k");
+  lua_setfield(L, -2, "__mode");
+  lua_setmetatable(L, -2);
+  lua_pushvalue(L, -1);
+  lua_setfield(L, LUA_REGISTRYINDEX, LBACKOFF_FFI);
   lua_newtable(L);
   for (g = 1; backoff_give_up_name(g) != NULL; g++) {
     lua_pushstring(L, backoff_give_up_name(g));
@@ -1049,12 +1049,6 @@ LBACKOFF_EXPORT int luaopen_backoff_core(lua_State *L) {
 
   lua_newtable(L);
   M = lua_gettop(L);
-  luaL_newmetatable(L, LBACKOFF_MT);
-  mt = lua_gettop(L);
-#if LUA_VERSION_NUM < 503
-  lua_pushstring(L, LBACKOFF_MT);       /* 5.3+ sets __name itself */
-  lua_setfield(L, mt, "__name");
-#endif
   /* one state per lua_State, kept in the registry: a second load of
      the module (package.loaded cleared) shares the metatable, so it
      must share the owner that objects are checked against too */
@@ -1071,12 +1065,28 @@ LBACKOFF_EXPORT int luaopen_backoff_core(lua_State *L) {
     lua_setfield(L, LUA_REGISTRYINDEX, LBACKOFF_STATE);
   }
   state = lua_gettop(L);
-  lbackoff_register(L, mt, mt, state, lbackoff_meta);
-  lua_newtable(L);
+  /* the metatable and its methods are built once per lua_State: a
+     second load keeps them as they are (with the FFI wrappers and
+     retry that lua/backoff.lua put in), so old and new objects and
+     both loads agree */
+  if (luaL_newmetatable(L, LBACKOFF_MT)) {
+    mt = lua_gettop(L);
+#if LUA_VERSION_NUM < 503
+    lua_pushstring(L, LBACKOFF_MT);     /* 5.3+ sets __name itself */
+    lua_setfield(L, mt, "__name");
+#endif
+    lbackoff_register(L, mt, mt, state, lbackoff_meta);
+  }
+  mt = lua_gettop(L);
+  lua_getfield(L, mt, "__index");
+  if (!lua_istable(L, -1)) {
+    lua_pop(L, 1);
+    lua_newtable(L);
+    lbackoff_register(L, lua_gettop(L), mt, state, lbackoff_methods);
+    lua_pushvalue(L, -1);
+    lua_setfield(L, mt, "__index");
+  }
   methods = lua_gettop(L);
-  lbackoff_register(L, methods, mt, state, lbackoff_methods);
-  lua_pushvalue(L, methods);
-  lua_setfield(L, mt, "__index");
   lbackoff_register(L, M, mt, state, lbackoff_functions);
 
   /* backoff.<strategy>(opts), and the list of names */

@@ -62,6 +62,7 @@ local function ffi_fast_path()
   if not ok or not step then return end
 
   local objects, reasons = core._ffi_objects()
+  if not objects then return end    -- handed out already (a second load)
   local out = ffi.new("double[2]")
   local FAILURE, SUCCESS, NOW = 0, 1, 2
 
