@@ -113,6 +113,10 @@ static double lbackoff_monotonic(void) {
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+static int lbackoff_is_finite(double v) {
+  return v == v && v <= DBL_MAX && v >= -DBL_MAX;
+}
+
 /* changes in a forked child: jitter streams must never be shared */
 static uint32_t lbackoff_tag_st(lbackoff_state *st) {
   uint32_t tag;
@@ -198,6 +202,21 @@ static void lbackoff_forkcheck(backoff_t *b) {
   if ((b->user_flags & (LB_SEEDED | LB_DRAWS)) != LB_DRAWS) return;
   if (b->user_tag != lbackoff_tag_st(lbackoff_owner(b)))
     lbackoff_fresh_stream(b);
+}
+
+/* what lbackoff_step does (also the low bit of lbackoff_ffi_step's op) */
+#define LB_OP_FAILURE 0
+#define LB_OP_SUCCESS 1
+
+/* one failure or success at a finite ts (the core cannot fail then),
+   after the fork check: the one path of both methods and the FFI */
+static inline void lbackoff_step(backoff_t *b, int op, double ts,
+                                 backoff_result *r) {
+  lbackoff_forkcheck(b);
+  if (op == LB_OP_SUCCESS)
+    backoff_success(b, ts, r);
+  else
+    backoff_failure(b, ts, r);
 }
 
 /* ----------------------------------------------------------------- */
@@ -298,7 +317,7 @@ static double lbackoff_now(lua_State *L, const backoff_t *b,
   lua_getfield(L, -1, "clock");   /* extra, clock */
   lua_call(L, 0, 1);              /* extra, t */
   t = lua_tonumber(L, -1);
-  if (lua_type(L, -1) != LUA_TNUMBER || t != t || t > DBL_MAX || t < -DBL_MAX)
+  if (lua_type(L, -1) != LUA_TNUMBER || !lbackoff_is_finite(t))
     luaL_error(L, "backoff.%s:%s: clock must return a finite number (got %s)",
                lbackoff_name(b), method, lbackoff_repr(L, -1));
   lua_pop(L, 2);
@@ -320,7 +339,7 @@ static inline double lbackoff_time_arg(lua_State *L, const backoff_t *b,
                                        const char *method) {
   if (lua_type(L, 2) == LUA_TNUMBER) {
     double t = (double)lua_tonumber(L, 2);
-    if (t == t && t <= DBL_MAX && t >= -DBL_MAX) return t;
+    if (lbackoff_is_finite(t)) return t;
   }
   return lbackoff_time_arg_other(L, b, method);
 }
@@ -427,10 +446,6 @@ static int lbackoff_opt_error(lua_State *L, const lbackoff_spec *sp,
                               const char *name, const char *rule, int idx) {
   return luaL_error(L, "backoff.%s: option '%s' must be %s (got %s)",
                     sp->ctor, name, rule, lbackoff_repr(L, idx));
-}
-
-static int lbackoff_is_finite(double v) {
-  return v == v && v <= DBL_MAX && v >= -DBL_MAX;
 }
 
 /* read one option value (at the top of the stack) into *sp */
@@ -613,6 +628,27 @@ static void lbackoff_read_spec(lua_State *L, int idx, lbackoff_spec *sp) {
 /* construction                                                      */
 /* ----------------------------------------------------------------- */
 
+/* a new weak-keyed table, stored in the registry as name, left on top */
+static void lbackoff_new_weak_set(lua_State *L, const char *name) {
+  lua_newtable(L);
+  lua_createtable(L, 0, 1);
+  lua_pushliteral(L, "k");
+  lua_setfield(L, -2, "__mode");
+  lua_setmetatable(L, -2);
+  lua_pushvalue(L, -1);
+  lua_setfield(L, LUA_REGISTRYINDEX, name);
+}
+
+/* registry[name][object on top] = the value at index vi */
+static void lbackoff_weak_put(lua_State *L, const char *name, int vi) {
+  if (vi < 0) vi = lua_gettop(L) + 1 + vi;    /* absolute */
+  lua_getfield(L, LUA_REGISTRYINDEX, name);   /* ud, set */
+  lua_pushvalue(L, -2);
+  lua_pushvalue(L, vi);
+  lua_rawset(L, -3);
+  lua_pop(L, 1);
+}
+
 /* a new userdata with our metatable, on top of the stack */
 static backoff_t *lbackoff_newud(lua_State *L) {
   lbackoff_object *o =
@@ -621,22 +657,12 @@ static backoff_t *lbackoff_newud(lua_State *L) {
   lua_pushvalue(L, UV_META);
   lua_setmetatable(L, -2);
   if (o->owner->ffi) {          /* the set the FFI path trusts: see below */
-    lua_getfield(L, LUA_REGISTRYINDEX, LBACKOFF_FFI);
-    lua_pushvalue(L, -2);
     lua_pushboolean(L, 1);
-    lua_rawset(L, -3);
-    lua_pop(L, 1);
+    lua_pushvalue(L, -2);       /* ud, true, ud */
+    lbackoff_weak_put(L, LBACKOFF_FFI, -2);
+    lua_pop(L, 2);
   }
   return &o->core;
-}
-
-/* object on top gets extra = the table at index xi */
-static void lbackoff_set_extra(lua_State *L, int xi) {
-  lua_getfield(L, LUA_REGISTRYINDEX, LBACKOFF_EXTRA);  /* ud, reg */
-  lua_pushvalue(L, -2);
-  lua_pushvalue(L, xi);
-  lua_rawset(L, -3);
-  lua_pop(L, 1);
 }
 
 static int lbackoff_construct(lua_State *L, int strategy, int idx) {
@@ -679,7 +705,7 @@ static int lbackoff_construct(lua_State *L, int strategy, int idx) {
      (lbackoff_given(&sp, "start") ? LB_EXTRA | LB_HAS_START : 0));
   if (lbackoff_draws(b)) b->user_flags |= LB_DRAWS;
   b->user_tag = lbackoff_tag_st(lbackoff_owner(b));
-  if (b->user_flags & LB_EXTRA) lbackoff_set_extra(L, top);
+  if (b->user_flags & LB_EXTRA) lbackoff_weak_put(L, LBACKOFF_EXTRA, top);
   return 1;
 }
 
@@ -718,24 +744,22 @@ static inline int lbackoff_push_result(lua_State *L,
   return 2;
 }
 
-static int lbackoff_failure(lua_State *L) {
+/* b:failure([ts]) and b:success([ts]) */
+static inline int lbackoff_operate(lua_State *L, int op, const char *method) {
   lbackoff_state *st = (lbackoff_state *)lua_touserdata(L, UV_STATE);
-  backoff_t *b = lbackoff_self_st(L, st, "failure");
-  double ts = lbackoff_time_arg(L, b, "failure");
+  backoff_t *b = lbackoff_self_st(L, st, method);
+  double ts = lbackoff_time_arg(L, b, method);
   backoff_result r;
-  lbackoff_forkcheck(b);
-  backoff_failure(b, ts, &r);   /* ts is finite: cannot fail */
+  lbackoff_step(b, op, ts, &r);
   return lbackoff_push_result(L, &r);
 }
 
+static int lbackoff_failure(lua_State *L) {
+  return lbackoff_operate(L, LB_OP_FAILURE, "failure");
+}
+
 static int lbackoff_success(lua_State *L) {
-  lbackoff_state *st = (lbackoff_state *)lua_touserdata(L, UV_STATE);
-  backoff_t *b = lbackoff_self_st(L, st, "success");
-  double ts = lbackoff_time_arg(L, b, "success");
-  backoff_result r;
-  lbackoff_forkcheck(b);
-  backoff_success(b, ts, &r);
-  return lbackoff_push_result(L, &r);
+  return lbackoff_operate(L, LB_OP_SUCCESS, "success");
 }
 
 static int lbackoff_timeout(lua_State *L) {
@@ -799,7 +823,7 @@ static int lbackoff_clone(lua_State *L) {
   memcpy(c, b, sizeof *c);
   if (!(c->user_flags & LB_SEEDED)) lbackoff_fresh_stream(c);
   backoff_reset(c, start);          /* restarts the stream of c->seed */
-  if (c->user_flags & LB_EXTRA) lbackoff_set_extra(L, extra);
+  if (c->user_flags & LB_EXTRA) lbackoff_weak_put(L, LBACKOFF_EXTRA, extra);
   return 1;
 }
 
@@ -909,8 +933,7 @@ static int lbackoff_close(lua_State *L) {
 #define LB_FFI_DELAY_TIMEOUT 1    /* out[0], out[1] */
 #define LB_FFI_GIVE_UP 2          /* + the backoff_give_up reason */
 
-#define LB_FFI_SUCCESS 1          /* op: success (else failure) */
-#define LB_FFI_NOW 2              /* op: no timestamp given */
+#define LB_FFI_NOW 2              /* op: LB_OP_* | this: no timestamp */
 
 LBACKOFF_EXPORT int lbackoff_ffi_step(void *ud, int op, double ts,
                                       double *out);
@@ -923,14 +946,10 @@ LBACKOFF_EXPORT int lbackoff_ffi_step(void *ud, int op, double ts,
   if (op & LB_FFI_NOW) {
     if (b->user_flags & LB_HAS_CLOCK) return LB_FFI_SLOW;
     ts = lbackoff_monotonic();
-  } else if (!(ts == ts && ts <= DBL_MAX && ts >= -DBL_MAX)) {
+  } else if (!lbackoff_is_finite(ts)) {
     return LB_FFI_SLOW;
   }
-  lbackoff_forkcheck(b);
-  if (op & LB_FFI_SUCCESS)
-    backoff_success(b, ts, &r);
-  else
-    backoff_failure(b, ts, &r);
+  lbackoff_step(b, op & LB_OP_SUCCESS, ts, &r);
   if (r.give_up != BACKOFF_CONTINUE) return LB_FFI_GIVE_UP + r.give_up;
   out[0] = r.delay;
   if (!r.has_timeout) return LB_FFI_DELAY;
@@ -952,13 +971,7 @@ static int lbackoff_ffi_objects(lua_State *L) {
   lbackoff_state *st = (lbackoff_state *)lua_touserdata(L, UV_STATE);
   int g;
   if (st->ffi) return 0;
-  lua_newtable(L);
-  lua_createtable(L, 0, 1);
-  lua_pushliteral(L, "k");
-  lua_setfield(L, -2, "__mode");
-  lua_setmetatable(L, -2);
-  lua_pushvalue(L, -1);
-  lua_setfield(L, LUA_REGISTRYINDEX, LBACKOFF_FFI);
+  lbackoff_new_weak_set(L, LBACKOFF_FFI);
   lua_newtable(L);
   for (g = 1; backoff_give_up_name(g) != NULL; g++) {
     lua_pushstring(L, backoff_give_up_name(g));
@@ -1038,12 +1051,8 @@ LBACKOFF_EXPORT int luaopen_backoff_core(lua_State *L) {
   /* the weak-keyed side table for clocks and start options */
   lua_getfield(L, LUA_REGISTRYINDEX, LBACKOFF_EXTRA);
   if (lua_isnil(L, -1)) {
-    lua_newtable(L);                    /* nil, extra */
-    lua_createtable(L, 0, 1);           /* nil, extra, mt */
-    lua_pushstring(L, "k");
-    lua_setfield(L, -2, "__mode");
-    lua_setmetatable(L, -2);
-    lua_setfield(L, LUA_REGISTRYINDEX, LBACKOFF_EXTRA);
+    lua_pop(L, 1);
+    lbackoff_new_weak_set(L, LBACKOFF_EXTRA);
   }
   lua_pop(L, 1);
 
