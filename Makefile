@@ -152,22 +152,19 @@ valgrind: $(call MODULE,$(V))
 	  $(call lua_bin,$(V)) spec/valgrind_smoke.lua \
 	  && echo "ok - valgrind: no error, no leak ($(call lua_bin,$(V)))"
 
-# every allocation of the smoke script failed in turn (Lua 5.4 host)
-$(BUILD)/allocfail: spec/c/allocfail.c $(CORE) $(BINDING)
+# C programs hosting Lua 5.4 with the module linked in, under ASan+UBSan
+LUA_HOSTS := $(BUILD)/allocfail $(BUILD)/forged
+$(LUA_HOSTS): $(BUILD)/%: spec/c/%.c $(CORE) $(BINDING)
 	@mkdir -p $(@D)
 	$(CC) -O1 -g $(WARN) -Werror $(SANITIZE) -I$(call lua_inc,5.4) -Icsrc \
-	  -o $@ spec/c/allocfail.c csrc/backoff.c $(BINDING) -llua5.4 -lm
+	  -o $@ $< csrc/backoff.c $(BINDING) -llua5.4 -lm
 
+# every allocation of the smoke script failed in turn
 allocfail: $(BUILD)/allocfail
 	@ASAN_OPTIONS=detect_leaks=1 $(BUILD)/allocfail \
 	  spec/valgrind_smoke.lua './lua/?.lua' | grep -v '^valgrind_smoke'
 
-# userdata of our size forged in C with our metatable (Lua 5.4 host)
-$(BUILD)/forged: spec/c/forged.c $(CORE) $(BINDING)
-	@mkdir -p $(@D)
-	$(CC) -O1 -g $(WARN) -Werror $(SANITIZE) -I$(call lua_inc,5.4) -Icsrc \
-	  -o $@ spec/c/forged.c csrc/backoff.c $(BINDING) -llua5.4 -lm
-
+# userdata of our size forged in C with our metatable
 forged: $(BUILD)/forged
 	@ASAN_OPTIONS=detect_leaks=1 $(BUILD)/forged
 
