@@ -3,7 +3,8 @@
 #   make demo          build for Lua 5.4 and show the module at work
 #   make test          build for 5.1 5.2 5.3 5.4 and LuaJIT, run every test
 #   make               build the module for LUA_VERSION (default 5.4)
-#   make LUA_VERSION=luajit    (or 5.1, 5.2, 5.3)
+#   make LUA_VERSION=luajit    (or 5.1, 5.2, 5.3): that version's packages
+#                      (interpreter, headers) are installed first
 #   make bench         call costs (5.4, LuaJIT) and the thundering herd
 #   make herd-reference  the herd re-run by an independent model (Python)
 #   make fuzz          libFuzzer on the core (FUZZ_TIME=60 seconds)
@@ -31,7 +32,13 @@ lua_bin = $(if $(filter luajit,$1),luajit,lua$1)
 lua_inc = $(if $(filter luajit,$1),/usr/include/luajit-2.1,/usr/include/lua$1)
 lua_dev = $(if $(filter luajit,$1),luajit2 libluajit2-5.1-dev,$(if $(filter 5.1,$1),lua5.1 liblua5.1-0-dev,lua$1 liblua$1-dev))
 
-DEMO_PKGS := gcc libc6-dev $(call lua_dev,5.4)
+ifeq ($(filter $(LUA_VERSION),$(LUA_VERSIONS)),)
+$(error LUA_VERSION=$(LUA_VERSION): use one of $(LUA_VERSIONS))
+endif
+
+BUILD_PKGS := gcc libc6-dev $(call lua_dev,$(LUA_VERSION))
+# luarocks too, so that README's `luarocks --lua-version 5.4 make` works
+DEMO_PKGS := gcc libc6-dev $(call lua_dev,5.4) luarocks
 TEST_PKGS := gcc libc6-dev $(foreach v,$(LUA_VERSIONS),$(call lua_dev,$(v))) \
              lua-busted lua-check lua-socket luarocks libcmocka-dev \
              valgrind clang libclang-rt-dev nginx libnginx-mod-http-lua
@@ -40,10 +47,10 @@ MODULE = $(BUILD)/$(1)/backoff/core.so
 # run Lua code against the build of version $(1)
 LUA_ENV = LUA_PATH='./lua/?.lua;;' LUA_CPATH='./$(BUILD)/$(1)/?.so;;'
 
-.PHONY: all demo test ctest lint clean deps-demo deps-test print rock-test core-alone \
+.PHONY: all demo test ctest lint clean deps-build deps-demo deps-test print rock-test core-alone \
         asan-busted valgrind allocfail forged fuzz threads bench herd-reference
 
-all: deps-demo $(call MODULE,$(LUA_VERSION))
+all: deps-build $(call MODULE,$(LUA_VERSION))
 
 $(BUILD)/%/backoff/core.so: $(CORE) $(BINDING)
 	@mkdir -p $(@D)
@@ -55,6 +62,9 @@ $(BUILD)/asan-%/backoff/core.so: $(CORE) $(BINDING)
 	@mkdir -p $(@D)
 	$(CC) -O1 -g $(WARN) -Werror $(SANITIZE) -fPIC -I$(call lua_inc,$*) \
 	  -Icsrc -o $@ csrc/backoff.c $(BINDING) -shared -lm
+
+deps-build:
+	@sh .ci/deps $(BUILD_PKGS)
 
 deps-demo:
 	@sh .ci/deps $(DEMO_PKGS)
@@ -217,7 +227,7 @@ herd-reference:
 	@python3 bench/herd_reference.py --csv $(BUILD)/herd.csv
 
 lint:
-	@luacheck -q lua spec examples bench bin/backoff-delays && echo "ok - luacheck: no warnings"
+	@luacheck -q --no-color lua spec examples bench bin/backoff-delays && echo "ok - luacheck: no warnings"
 
 clean:
 	rm -rf $(BUILD) csrc/*.o csrc/*.so
