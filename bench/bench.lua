@@ -169,6 +169,7 @@ end
 for i, c in ipairs(cases) do
   if c.key then by_key[c.key] = best[i] end
 end
+assert(sink ~= nil, "bench: nothing reached the sink")
 
 local function bytes_per_object()
   local n = 100000
