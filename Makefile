@@ -145,6 +145,18 @@ rock-test:
 	  echo "ok - the installed backoff-delays prints the LIMD example" && \
 	  lua5.1 /usr/bin/busted -o TAP spec && \
 	  luajit /usr/bin/busted -o TAP spec/13-ffi_spec.lua
+	@cd $(ROCK)/src && luarocks --lua-version 5.4 make --tree ../tree \
+	  >../make54.log 2>&1 || { cat ../make54.log; exit 1; }
+	@cd $(ROCK)/run && \
+	  eval "$$(luarocks --lua-version 5.4 path --tree ../tree)" && \
+	  lua5.4 -e 'b = require "backoff"' \
+	    -e 'p = package.searchpath("backoff.core", package.cpath)' \
+	    -e 'assert(p:find("tree/lib/lua/5.4/", 1, true), p)' \
+	    -e 'assert(b.exponential{initial_delay = 1}:failure(0) == 1)' && \
+	  grep -q 'lua5\.4' ../tree/bin/backoff-delays && \
+	  grep -q 'lua5\.1' ../tree/bin/backoff-delays~ && \
+	  echo "ok - luarocks --lua-version 5.4 make: lua5.4 loads the rock;" \
+	    "backoff-delays now runs lua5.4, the 5.1 one is kept as backoff-delays~"
 
 # the whole busted suite against the sanitizer build (LD_PRELOAD puts
 # the ASan runtime first, as a plain lua binary is not instrumented)
