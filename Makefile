@@ -23,8 +23,11 @@ WARN    := -std=c99 -pedantic -Wall -Wextra -Wshadow -Wundef -Wcast-qual \
            -Wmissing-prototypes -Wmissing-declarations -Wredundant-decls \
            -Wdouble-promotion -Wdeclaration-after-statement
 BUILD   := build
-CORE    := csrc/backoff.c csrc/backoff.h
-BINDING := csrc/lbackoff.c
+CORE_SRC    := csrc/backoff.c csrc/backoff_options.c
+BINDING_SRC := csrc/lbackoff.c csrc/lbackoff_options.c csrc/lbackoff_env.c \
+               csrc/lbackoff_ffi.c
+CORE    := $(CORE_SRC) csrc/backoff.h
+BINDING := $(BINDING_SRC) csrc/lbackoff.h
 
 # interpreter and headers of one version
 lua_bin = $(if $(filter luajit,$1),luajit,lua$1)
@@ -48,13 +51,13 @@ all: deps-demo $(call MODULE,$(LUA_VERSION))
 $(BUILD)/%/backoff/core.so: $(CORE) $(BINDING)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(WARN) -fPIC -fvisibility=hidden -I$(call lua_inc,$*) \
-	  -Icsrc -o $@ csrc/backoff.c $(BINDING) $(LIBFLAG) -lm
+	  -Icsrc -o $@ $(CORE_SRC) $(BINDING_SRC) $(LIBFLAG) -lm
 
 # the module with ASan + UBSan (float-cast-overflow on), for PUC Lua
 $(BUILD)/asan-%/backoff/core.so: $(CORE) $(BINDING)
 	@mkdir -p $(@D)
 	$(CC) -O1 -g $(WARN) -Werror $(SANITIZE) -fPIC -I$(call lua_inc,$*) \
-	  -Icsrc -o $@ csrc/backoff.c $(BINDING) -shared -lm
+	  -Icsrc -o $@ $(CORE_SRC) $(BINDING_SRC) -shared -lm
 
 deps-demo:
 	@sh .ci/deps $(DEMO_PKGS)
@@ -103,14 +106,16 @@ test: deps-test $(foreach v,$(LUA_VERSIONS),$(call MODULE,$(v)))
 # the core must build with no Lua include path at all
 core-alone:
 	@mkdir -p $(BUILD)
-	@$(CC) $(WARN) -Werror -c csrc/backoff.c -o $(BUILD)/backoff-alone.o \
-	  && echo "ok - csrc/backoff.c builds with -std=c99 -pedantic -Werror and no Lua headers"
+	@for f in $(CORE_SRC); do \
+	  $(CC) $(WARN) -Werror -c $$f -o $(BUILD)/alone.o || exit 1; \
+	  echo "ok - $$f builds with -std=c99 -pedantic -Werror and no Lua headers"; \
+	done
 
 # C tests of the core (cmocka, TAP output) under ASan and UBSan
 $(BUILD)/test_backoff: spec/c/test_backoff.c $(CORE)
 	@mkdir -p $(@D)
 	$(CC) -O1 -g $(WARN) -Werror $(SANITIZE) -Icsrc -o $@ \
-	  spec/c/test_backoff.c csrc/backoff.c -lcmocka -lm
+	  spec/c/test_backoff.c $(CORE_SRC) -lcmocka -lm
 
 ctest: $(BUILD)/test_backoff
 	@CMOCKA_MESSAGE_OUTPUT=TAP $(BUILD)/test_backoff
@@ -157,7 +162,7 @@ LUA_HOSTS := $(BUILD)/allocfail $(BUILD)/forged
 $(LUA_HOSTS): $(BUILD)/%: spec/c/%.c $(CORE) $(BINDING)
 	@mkdir -p $(@D)
 	$(CC) -O1 -g $(WARN) -Werror $(SANITIZE) -I$(call lua_inc,5.4) -Icsrc \
-	  -o $@ $< csrc/backoff.c $(BINDING) -llua5.4 -lm
+	  -o $@ $< $(CORE_SRC) $(BINDING_SRC) -llua5.4 -lm
 
 # every allocation of the smoke script failed in turn
 allocfail: $(BUILD)/allocfail
@@ -174,7 +179,7 @@ $(BUILD)/fuzz_backoff: spec/fuzz/fuzz_backoff.c $(CORE)
 	@mkdir -p $(@D)
 	clang -O1 -g -std=c99 -fsanitize=fuzzer,address,undefined \
 	  -fno-sanitize-recover=all -Icsrc -o $@ spec/fuzz/fuzz_backoff.c \
-	  csrc/backoff.c -lm
+	  $(CORE_SRC) -lm
 
 fuzz: $(BUILD)/fuzz_backoff
 	@mkdir -p $(BUILD)/fuzz-corpus
@@ -189,7 +194,7 @@ fuzz: $(BUILD)/fuzz_backoff
 $(BUILD)/threads: spec/c/threads.c $(CORE)
 	@mkdir -p $(@D)
 	$(CC) -O1 -g $(WARN) -Werror -fsanitize=thread -pthread -Icsrc -o $@ \
-	  spec/c/threads.c csrc/backoff.c -lm
+	  spec/c/threads.c $(CORE_SRC) -lm
 
 threads: $(BUILD)/threads
 	@TSAN_OPTIONS=halt_on_error=1 $(BUILD)/threads
