@@ -25,6 +25,7 @@ WARN    := -std=c99 -pedantic -Wall -Wextra -Wshadow -Wundef -Wcast-qual \
 BUILD   := build
 CORE_SRC    := csrc/backoff.c csrc/backoff_options.c
 BINDING_SRC := csrc/lbackoff.c csrc/lbackoff_options.c csrc/lbackoff_env.c \
+               csrc/lbackoff_msg.c \
                csrc/lbackoff_ffi.c
 CORE    := $(CORE_SRC) csrc/backoff.h
 BINDING := $(BINDING_SRC) csrc/lbackoff.h

@@ -6,6 +6,7 @@
 **                       option table (backoff_options.c)
 **   lbackoff_env.c      clock, sleep, seeds, fork detection
 **   lbackoff_ffi.c      the LuaJIT FFI fast path (C half)
+**   lbackoff_msg.c      values in messages, argument errors
 **   lbudget.c           retry budgets
 */
 
@@ -115,10 +116,12 @@ static inline void lbackoff_forkcheck(lbackoff_object *o) {
   if (o->tag != lbackoff_tag(o->owner)) lbackoff_fresh_stream(o);
 }
 
-/* lbackoff.c */
+/* lbackoff_msg.c */
 const char *lbackoff_repr(lua_State *L, int idx);
 int lbackoff_argerror(lua_State *L, int arg, const char *fname,
                       const char *msg);
+
+/* lbackoff.c */
 lbackoff_object *lbackoff_newud(lua_State *L, int side);
 void lbackoff_push_count(lua_State *L, uint64_t n);
 lbackoff_object *lbackoff_check(lua_State *L, int idx, const char *fname);
