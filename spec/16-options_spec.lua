@@ -63,7 +63,8 @@ describe("options", function()
       local n, only = 0, nil
       for k in pairs(seen) do n, only = n + 1, k end
       assert.equal(1, n)
-      assert.matches("^false|.-cannot be given together|false|.-'initial_delay'",
+      assert.matches(
+        "^false|.-cannot be given together|false|.-'initial_delay'", only)
         only)
     end)
 
