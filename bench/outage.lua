@@ -247,6 +247,23 @@ for s, sc in ipairs(SCENARIOS) do
     results[s] = simulate(sc, OUT_LEN)
   end
 end
+
+-- the same for other outage lengths (full jitter, with and without the
+-- budget): the budget allows capacity / cost = 100 retries per client
+-- in all, so its amplification is about 1 + 100 / (requests per client
+-- during the outage)
+local SWEEP = { 10, 30, 60, 120, 300 }
+local sweep = {}
+for i, len in ipairs(SWEEP) do
+  sweep[i] = {}
+  for s = 2, #SCENARIOS do
+    local sc = SCENARIOS[s]
+    if sc.jitter == "full" and results[s] then
+      sweep[i][#sweep[i] + 1] = len == OUT_LEN and results[s]
+        or simulate(sc, len)
+    end
+  end
+end
 local elapsed = os.clock() - t0
 
 print(("outage: %d clients x %d requests/s (Poisson), server down %d-%d s,"
@@ -264,6 +281,17 @@ for s, sc in ipairs(SCENARIOS) do
   end
 end
 
+print("\nfull jitter, other outage lengths (arrivals go on 60 s after"
+  .. " the recovery)")
+print(("%8s %14s %9s %16s %9s"):format("outage s", "amplification",
+  "drain s", "with budget", "drain s"))
+for i, len in ipairs(SWEEP) do
+  local a, b = sweep[i][1], sweep[i][2]
+  print(("%8d %14.2f %9d %16s %9s"):format(len, a.amplification, a.drain,
+    b and ("%.2f"):format(b.amplification) or "-",
+    b and ("%d"):format(b.drain) or "-"))
+end
+
 -- the CSV: one line per (scenario, second)
 local f = assert(io.open(CSV, "w"))
 f:write("scenario,jitter,second,issued,received,succeeded,rejected\n")
@@ -277,3 +305,79 @@ for s, sc in ipairs(SCENARIOS) do
 end
 f:close()
 print("\nwrote " .. CSV)
+
+-- the SVG: attempts the server receives per second, over time, one chart
+-- per jitter kind, the outage shaded, the capacity dashed
+if SVG then
+  local colors = { "#555555", "#d62728", "#1f77b4" }
+  local W, H, M = 460, 300, 50
+  local x_end, top = ARRIVALS_END, 0      -- arrivals stop at x_end
+  for s = 1, #SCENARIOS do
+    local r = results[s]
+    for b = 1, r and x_end or 0 do
+      top = math.max(top, r.received[b] or 0)
+    end
+  end
+  top = 2000 * math.ceil(top / 2000)
+  local out = { ('<svg xmlns="http://www.w3.org/2000/svg" width="%d" '
+    .. 'height="%d" font-family="sans-serif" font-size="11">')
+    :format(2 * W + 40, H + 70) }
+  local function add(fmt, ...) out[#out + 1] = fmt:format(...) end
+  local function chart(ox, jitter, title)
+    local function x(t) return ox + M + t / x_end * (W - M - 10) end
+    local function y(v) return 20 + (H - 40) * (1 - v / top) end
+    add('<rect x="%.1f" y="20" width="%.1f" height="%d" fill="#eeeeee"/>',
+      x(OUT_START), x(OUT_START + OUT_LEN) - x(OUT_START), H - 40)
+    add('<text x="%.1f" y="34" text-anchor="middle">outage</text>',
+      x(OUT_START + OUT_LEN / 2))
+    add('<text x="%d" y="14" font-weight="bold">%s</text>', ox + M, title)
+    add('<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="black"/>',
+      ox + M, H - 20, ox + W - 10, H - 20)
+    add('<line x1="%d" y1="20" x2="%d" y2="%d" stroke="black"/>',
+      ox + M, ox + M, H - 20)
+    for k = 0, 4 do
+      local v = top * k / 4
+      add('<text x="%d" y="%.1f" text-anchor="end">%.0f</text>',
+        ox + M - 4, y(v) + 4, v)
+    end
+    for t = 0, x_end, 20 do
+      add('<text x="%.1f" y="%d" text-anchor="middle">%d</text>',
+        x(t), H - 6, t)
+    end
+    add('<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="black" '
+      .. 'stroke-dasharray="4,3"/>', ox + M, y(CAPACITY), ox + W - 10,
+      y(CAPACITY))
+    add('<text x="%d" y="%.1f" text-anchor="end">capacity</text>',
+      ox + W - 12, y(CAPACITY) - 4)
+    for i = 1, #SCENARIOS do           -- 2, 3, ..., then 1 on top
+      local s = i % #SCENARIOS + 1
+      local r, sc = results[s], SCENARIOS[s]
+      if r and (sc.jitter == nil or sc.jitter == jitter) then
+        local pts = {}
+        for b = 1, x_end do
+          pts[#pts + 1] = ("%.1f,%.1f"):format(x(b - 0.5),
+            y(r.received[b] or 0))
+        end
+        add('<polyline fill="none" stroke="%s" stroke-width="1.5" %s'
+          .. 'points="%s"/>', colors[sc.budget and 3 or sc.jitter and 2
+          or 1], sc.jitter and "" or 'stroke-dasharray="3,3" ',
+          table.concat(pts, " "))
+      end
+    end
+  end
+  chart(0, "full", "full jitter: server requests per second vs time (s)")
+  chart(W + 40, "decorrelated",
+    "decorrelated: server requests per second vs time (s)")
+  for s, name in ipairs { "no retries", "retries (10 attempts)",
+    "retries + budget{}" } do
+    local lx = 60 + (s - 1) * 200
+    add('<rect x="%d" y="%d" width="12" height="12" fill="%s"/>'
+      .. '<text x="%d" y="%d">%s</text>', lx, H + 30, colors[s],
+      lx + 16, H + 40, name)
+  end
+  out[#out + 1] = "</svg>"
+  f = assert(io.open(SVG, "w"))
+  f:write(table.concat(out, "\n"), "\n")
+  f:close()
+  print("wrote " .. SVG)
+end
