@@ -25,6 +25,9 @@ WARN    := -std=c99 -pedantic -Wall -Wextra -Wshadow -Wundef -Wcast-qual \
 BUILD   := build
 CORE    := csrc/backoff.c csrc/backoff.h
 BINDING := csrc/lbackoff.c
+# the retry budget: its core (no Lua) and its binding, part of the module
+BUDGET  := csrc/backoff_budget.c csrc/lbudget.c
+BUDGET_H := csrc/backoff_budget.h csrc/lbudget.h
 
 # interpreter and headers of one version
 lua_bin = $(if $(filter luajit,$1),luajit,lua$1)
@@ -40,21 +43,22 @@ MODULE = $(BUILD)/$(1)/backoff/core.so
 # run Lua code against the build of version $(1)
 LUA_ENV = LUA_PATH='./lua/?.lua;;' LUA_CPATH='./$(BUILD)/$(1)/?.so;;'
 
+.PHONY: ctest-budget nginx-fleet
 .PHONY: all demo test ctest lint clean deps-demo deps-test print rock-test core-alone \
         asan-busted valgrind allocfail forged fuzz threads bench herd-reference
 
 all: deps-demo $(call MODULE,$(LUA_VERSION))
 
-$(BUILD)/%/backoff/core.so: $(CORE) $(BINDING)
+$(BUILD)/%/backoff/core.so: $(CORE) $(BINDING) $(BUDGET) $(BUDGET_H)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(WARN) -fPIC -fvisibility=hidden -I$(call lua_inc,$*) \
-	  -Icsrc -o $@ csrc/backoff.c $(BINDING) $(LIBFLAG) -lm
+	  -Icsrc -o $@ csrc/backoff.c $(BINDING) $(BUDGET) $(LIBFLAG) -lm
 
 # the module with ASan + UBSan (float-cast-overflow on), for PUC Lua
-$(BUILD)/asan-%/backoff/core.so: $(CORE) $(BINDING)
+$(BUILD)/asan-%/backoff/core.so: $(CORE) $(BINDING) $(BUDGET) $(BUDGET_H)
 	@mkdir -p $(@D)
 	$(CC) -O1 -g $(WARN) -Werror $(SANITIZE) -fPIC -I$(call lua_inc,$*) \
-	  -Icsrc -o $@ csrc/backoff.c $(BINDING) -shared -lm
+	  -Icsrc -o $@ csrc/backoff.c $(BINDING) $(BUDGET) -shared -lm
 
 deps-demo:
 	@sh .ci/deps $(DEMO_PKGS)
@@ -80,6 +84,7 @@ test: deps-test $(foreach v,$(LUA_VERSIONS),$(call MODULE,$(v)))
 	@rm -rf $(TAP_DIR)
 	@$(SUITE) core-without-lua $(MAKE) -s core-alone
 	@$(SUITE) c-core $(MAKE) -s ctest
+	@$(SUITE) c-budget $(MAKE) -s ctest-budget
 	@for v in $(LUA_VERSIONS); do \
 	  case $$v in luajit) lua=luajit ;; *) lua=lua$$v ;; esac; \
 	  $(SUITE) busted-$$v $$lua /usr/bin/busted \
@@ -105,6 +110,9 @@ core-alone:
 	@mkdir -p $(BUILD)
 	@$(CC) $(WARN) -Werror -c csrc/backoff.c -o $(BUILD)/backoff-alone.o \
 	  && echo "ok - csrc/backoff.c builds with -std=c99 -pedantic -Werror and no Lua headers"
+	@$(CC) $(WARN) -Werror -c csrc/backoff_budget.c \
+	  -o $(BUILD)/backoff_budget-alone.o \
+	  && echo "ok - csrc/backoff_budget.c builds with no Lua headers"
 
 # C tests of the core (cmocka, TAP output) under ASan and UBSan
 $(BUILD)/test_backoff: spec/c/test_backoff.c $(CORE)
@@ -114,6 +122,15 @@ $(BUILD)/test_backoff: spec/c/test_backoff.c $(CORE)
 
 ctest: $(BUILD)/test_backoff
 	@CMOCKA_MESSAGE_OUTPUT=TAP $(BUILD)/test_backoff
+
+# C tests of the budget core (cmocka, TAP) under ASan and UBSan
+$(BUILD)/test_budget: spec/c/test_budget.c csrc/backoff_budget.c $(BUDGET_H)
+	@mkdir -p $(@D)
+	$(CC) -O1 -g $(WARN) -Werror $(SANITIZE) -Icsrc -o $@ \
+	  spec/c/test_budget.c csrc/backoff_budget.c -lcmocka
+
+ctest-budget: $(BUILD)/test_budget
+	@CMOCKA_MESSAGE_OUTPUT=TAP $(BUILD)/test_budget
 
 # the other build path: `luarocks make` into a private tree, then the
 # specs against the installed rock only (run from a copy with no lua/,
@@ -154,10 +171,10 @@ valgrind: $(call MODULE,$(V))
 
 # C programs hosting Lua 5.4 with the module linked in, under ASan+UBSan
 LUA_HOSTS := $(BUILD)/allocfail $(BUILD)/forged
-$(LUA_HOSTS): $(BUILD)/%: spec/c/%.c $(CORE) $(BINDING)
+$(LUA_HOSTS): $(BUILD)/%: spec/c/%.c $(CORE) $(BINDING) $(BUDGET) $(BUDGET_H)
 	@mkdir -p $(@D)
 	$(CC) -O1 -g $(WARN) -Werror $(SANITIZE) -I$(call lua_inc,5.4) -Icsrc \
-	  -o $@ $< csrc/backoff.c $(BINDING) -llua5.4 -lm
+	  -o $@ $< csrc/backoff.c $(BINDING) $(BUDGET) -llua5.4 -lm
 
 # every allocation of the smoke script failed in turn
 allocfail: $(BUILD)/allocfail

@@ -1118,5 +1118,6 @@ LBACKOFF_EXPORT int luaopen_backoff_core(lua_State *L) {
   lua_pushlightuserdata(L, (void *)(uintptr_t)&lbackoff_ffi_token_byte);
   lua_setfield(L, M, "_ffi_token");
   lua_settop(L, M);
+  { void lbackoff_open_budget(lua_State *); lbackoff_open_budget(L); }
   return 1;
 }

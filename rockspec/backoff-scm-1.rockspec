@@ -29,7 +29,8 @@ build = {
     backoff = "lua/backoff.lua",
     ["backoff.cli"] = "lua/backoff/cli.lua",
     ["backoff.core"] = {
-      sources = { "csrc/backoff.c", "csrc/lbackoff.c" },
+      sources = { "csrc/backoff.c", "csrc/lbackoff.c",
+                  "csrc/backoff_budget.c", "csrc/lbudget.c" },
       incdirs = { "csrc" },
       libraries = { "m" },
     },
