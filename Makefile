@@ -4,7 +4,8 @@
 #   make test          build for 5.1 5.2 5.3 5.4 and LuaJIT, run every test
 #   make               build the module for LUA_VERSION (default 5.4)
 #   make LUA_VERSION=luajit    (or 5.1, 5.2, 5.3)
-#   make bench         call costs (5.4, LuaJIT) and the thundering herd
+#   make bench         call costs (5.4, LuaJIT), the herd and the outage
+#   make outage        retry storms: a full outage, with and without budget
 #   make herd-reference  the herd re-run by an independent model (Python)
 #   make fuzz          libFuzzer on the core (FUZZ_TIME=60 seconds)
 #
@@ -225,6 +226,15 @@ bench: deps-test $(call MODULE,5.4) $(call MODULE,luajit) \
 	@echo
 	@$(call LUA_ENV,luajit) luajit bench/herd.lua --csv $(BUILD)/herd.csv \
 	  --svg $(BUILD)/herd.svg
+	@echo
+	@$(OUTAGE)
+
+# a full outage in virtual time (about 10 s of CPU): build/outage.csv, .svg
+OUTAGE = $(call LUA_ENV,luajit) luajit bench/outage.lua \
+	  --csv $(BUILD)/outage.csv --svg $(BUILD)/outage.svg
+.PHONY: outage
+outage: deps-test $(call MODULE,luajit)
+	@$(OUTAGE)
 
 # the herd again, by bench/herd_reference.py: the blog's model written
 # independently in Python, compared figure by figure with the CSV above
