@@ -33,6 +33,12 @@
 --   does either); 0 if never.
 -- * success: requests that eventually succeed, of all requests and of
 --   those issued during the outage.
+-- Then full jitter again, with and without the budget, for outages of 10
+-- to 300 s (arrivals go on until 60 s after the recovery).
+--
+-- --csv FILE (default build/outage.csv): one line per scenario and second
+-- (requests issued, attempts received, successes, rejections); --svg
+-- FILE: the attempts the server receives per second, over time.
 --
 --   luajit bench/outage.lua [--seed 1] [--csv FILE] [--svg FILE]
 --
