@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "lbackoff.h"
+#include "lbudget.h"
 
 #if LUA_VERSION_NUM == 501
 /* luaL_setfuncs of 5.2: table at -(nup+1), nup upvalues on top */
@@ -447,5 +448,6 @@ LBACKOFF_EXPORT int luaopen_backoff_core(lua_State *L) {
   lbackoff_push_ffi_token(L);
   lua_setfield(L, M, "_ffi_token");
   lua_settop(L, M);
+  lbackoff_open_budget(L);        /* backoff.core.budget */
   return 1;
 }

@@ -136,9 +136,6 @@ int lbackoff_ffi_objects(lua_State *L);
 void lbackoff_ffi_add(lua_State *L, lbackoff_state *st);
 void lbackoff_push_ffi_token(lua_State *L);
 
-/* lbudget.c */
-void lbackoff_open_budget(lua_State *L);
-
 /* what lbackoff_step does (also the low bit of lbackoff_ffi_step's op) */
 #define LB_OP_FAILURE 0
 #define LB_OP_SUCCESS 1

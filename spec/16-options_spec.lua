@@ -65,7 +65,6 @@ describe("options", function()
       assert.equal(1, n)
       assert.matches(
         "^false|.-cannot be given together|false|.-'initial_delay'", only)
-        only)
     end)
 
   it("matches keys exactly: a NUL inside a key is an unknown option",
