@@ -148,6 +148,10 @@ ctest-budget: $(BUILD)/test_budget
 # build/ or .busted, so nothing from this tree can be picked up)
 ROCK := $(BUILD)/rock
 rock-test:
+	@for f in $(CORE_SRC) $(BINDING_SRC) $$(find lua -name '*.lua'); do \
+	  grep -q "\"$$f\"" rockspec/*.rockspec || \
+	  { echo "not ok - the rockspec does not install $$f"; exit 1; }; done; \
+	  echo "ok - the rockspec has every C source and Lua module of the tree"
 	@rm -rf $(ROCK) && mkdir -p $(ROCK)/src $(ROCK)/run
 	@cp -r csrc lua bin rockspec $(ROCK)/src/ && cp -r spec $(ROCK)/run/
 	@cd $(ROCK)/src && luarocks make --tree ../tree >../make.log 2>&1 \
