@@ -28,6 +28,8 @@ build = {
   modules = {
     backoff = "lua/backoff.lua",
     ["backoff.cli"] = "lua/backoff/cli.lua",
+    ["backoff.budget"] = "lua/backoff/budget.lua",
+    ["backoff.balancer"] = "lua/backoff/balancer.lua",
     ["backoff.core"] = {
       sources = { "csrc/backoff.c", "csrc/lbackoff.c",
                   "csrc/backoff_budget.c", "csrc/lbudget.c" },
