@@ -43,7 +43,7 @@ MODULE = $(BUILD)/$(1)/backoff/core.so
 # run Lua code against the build of version $(1)
 LUA_ENV = LUA_PATH='./lua/?.lua;;' LUA_CPATH='./$(BUILD)/$(1)/?.so;;'
 
-.PHONY: ctest-budget nginx-fleet
+.PHONY: ctest-budget
 .PHONY: all demo test ctest lint clean deps-demo deps-test print rock-test core-alone \
         asan-busted valgrind allocfail forged fuzz threads bench herd-reference
 
@@ -101,6 +101,7 @@ test: deps-test $(foreach v,$(LUA_VERSIONS),$(call MODULE,$(v)))
 	@$(SUITE) fuzz $(MAKE) -s fuzz FUZZ_TIME=20
 	@$(SUITE) threads $(MAKE) -s threads
 	@$(SUITE) nginx timeout 300 lua5.4 spec/nginx/run.lua $(CURDIR)
+	@$(SUITE) nginx-fleet timeout 120 lua5.4 spec/nginx/fleet.lua $(CURDIR)
 	@$(SUITE) luarocks-make $(MAKE) -s rock-test
 	@$(SUITE) luacheck $(MAKE) -s lint
 	@sh spec/tap-summary $(TAP_DIR)
