@@ -4,7 +4,8 @@
 #   make test          build for 5.1 5.2 5.3 5.4 and LuaJIT, run every test
 #   make               build the module for LUA_VERSION (default 5.4)
 #   make LUA_VERSION=luajit    (or 5.1, 5.2, 5.3)
-#   make bench         call costs (5.4, LuaJIT) and the thundering herd
+#   make bench         call costs (5.4, LuaJIT), the herd and the outage
+#   make outage        retry storms: a full outage, with and without budget
 #   make herd-reference  the herd re-run by an independent model (Python)
 #   make fuzz          libFuzzer on the core (FUZZ_TIME=60 seconds)
 #
@@ -23,11 +24,12 @@ WARN    := -std=c99 -pedantic -Wall -Wextra -Wshadow -Wundef -Wcast-qual \
            -Wmissing-prototypes -Wmissing-declarations -Wredundant-decls \
            -Wdouble-promotion -Wdeclaration-after-statement
 BUILD   := build
-CORE    := csrc/backoff.c csrc/backoff.h
-BINDING := csrc/lbackoff.c
-# the retry budget: its core (no Lua) and its binding, part of the module
-BUDGET  := csrc/backoff_budget.c csrc/lbudget.c
-BUDGET_H := csrc/backoff_budget.h csrc/lbudget.h
+# the core (no Lua) and the binding; the retry budget is part of both
+CORE_SRC    := csrc/backoff.c csrc/backoff_options.c csrc/backoff_budget.c
+BINDING_SRC := csrc/lbackoff.c csrc/lbackoff_options.c csrc/lbackoff_env.c \
+               csrc/lbackoff_msg.c csrc/lbackoff_ffi.c csrc/lbudget.c
+CORE    := $(CORE_SRC) csrc/backoff.h csrc/backoff_budget.h
+BINDING := $(BINDING_SRC) csrc/lbackoff.h csrc/lbudget.h
 
 # interpreter and headers of one version
 lua_bin = $(if $(filter luajit,$1),luajit,lua$1)
@@ -49,16 +51,16 @@ LUA_ENV = LUA_PATH='./lua/?.lua;;' LUA_CPATH='./$(BUILD)/$(1)/?.so;;'
 
 all: deps-demo $(call MODULE,$(LUA_VERSION))
 
-$(BUILD)/%/backoff/core.so: $(CORE) $(BINDING) $(BUDGET) $(BUDGET_H)
+$(BUILD)/%/backoff/core.so: $(CORE) $(BINDING)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(WARN) -fPIC -fvisibility=hidden -I$(call lua_inc,$*) \
-	  -Icsrc -o $@ csrc/backoff.c $(BINDING) $(BUDGET) $(LIBFLAG) -lm
+	  -Icsrc -o $@ $(CORE_SRC) $(BINDING_SRC) $(LIBFLAG) -lm
 
 # the module with ASan + UBSan (float-cast-overflow on), for PUC Lua
-$(BUILD)/asan-%/backoff/core.so: $(CORE) $(BINDING) $(BUDGET) $(BUDGET_H)
+$(BUILD)/asan-%/backoff/core.so: $(CORE) $(BINDING)
 	@mkdir -p $(@D)
 	$(CC) -O1 -g $(WARN) -Werror $(SANITIZE) -fPIC -I$(call lua_inc,$*) \
-	  -Icsrc -o $@ csrc/backoff.c $(BINDING) $(BUDGET) -shared -lm
+	  -Icsrc -o $@ $(CORE_SRC) $(BINDING_SRC) -shared -lm
 
 deps-demo:
 	@sh .ci/deps $(DEMO_PKGS)
@@ -109,23 +111,22 @@ test: deps-test $(foreach v,$(LUA_VERSIONS),$(call MODULE,$(v)))
 # the core must build with no Lua include path at all
 core-alone:
 	@mkdir -p $(BUILD)
-	@$(CC) $(WARN) -Werror -c csrc/backoff.c -o $(BUILD)/backoff-alone.o \
-	  && echo "ok - csrc/backoff.c builds with -std=c99 -pedantic -Werror and no Lua headers"
-	@$(CC) $(WARN) -Werror -c csrc/backoff_budget.c \
-	  -o $(BUILD)/backoff_budget-alone.o \
-	  && echo "ok - csrc/backoff_budget.c builds with no Lua headers"
+	@for f in $(CORE_SRC); do \
+	  $(CC) $(WARN) -Werror -c $$f -o $(BUILD)/alone.o || exit 1; \
+	  echo "ok - $$f builds with -std=c99 -pedantic -Werror and no Lua headers"; \
+	done
 
 # C tests of the core (cmocka, TAP output) under ASan and UBSan
 $(BUILD)/test_backoff: spec/c/test_backoff.c $(CORE)
 	@mkdir -p $(@D)
 	$(CC) -O1 -g $(WARN) -Werror $(SANITIZE) -Icsrc -o $@ \
-	  spec/c/test_backoff.c csrc/backoff.c -lcmocka -lm
+	  spec/c/test_backoff.c $(CORE_SRC) -lcmocka -lm
 
 ctest: $(BUILD)/test_backoff
 	@CMOCKA_MESSAGE_OUTPUT=TAP $(BUILD)/test_backoff
 
 # C tests of the budget core (cmocka, TAP) under ASan and UBSan
-$(BUILD)/test_budget: spec/c/test_budget.c csrc/backoff_budget.c $(BUDGET_H)
+$(BUILD)/test_budget: spec/c/test_budget.c csrc/backoff_budget.c csrc/backoff_budget.h
 	@mkdir -p $(@D)
 	$(CC) -O1 -g $(WARN) -Werror $(SANITIZE) -Icsrc -o $@ \
 	  spec/c/test_budget.c csrc/backoff_budget.c -lcmocka
@@ -172,10 +173,10 @@ valgrind: $(call MODULE,$(V))
 
 # C programs hosting Lua 5.4 with the module linked in, under ASan+UBSan
 LUA_HOSTS := $(BUILD)/allocfail $(BUILD)/forged
-$(LUA_HOSTS): $(BUILD)/%: spec/c/%.c $(CORE) $(BINDING) $(BUDGET) $(BUDGET_H)
+$(LUA_HOSTS): $(BUILD)/%: spec/c/%.c $(CORE) $(BINDING)
 	@mkdir -p $(@D)
 	$(CC) -O1 -g $(WARN) -Werror $(SANITIZE) -I$(call lua_inc,5.4) -Icsrc \
-	  -o $@ $< csrc/backoff.c $(BINDING) $(BUDGET) -llua5.4 -lm
+	  -o $@ $< $(CORE_SRC) $(BINDING_SRC) -llua5.4 -lm
 
 # every allocation of the smoke script failed in turn
 allocfail: $(BUILD)/allocfail
@@ -192,7 +193,7 @@ $(BUILD)/fuzz_backoff: spec/fuzz/fuzz_backoff.c $(CORE)
 	@mkdir -p $(@D)
 	clang -O1 -g -std=c99 -fsanitize=fuzzer,address,undefined \
 	  -fno-sanitize-recover=all -Icsrc -o $@ spec/fuzz/fuzz_backoff.c \
-	  csrc/backoff.c -lm
+	  $(CORE_SRC) -lm
 
 fuzz: $(BUILD)/fuzz_backoff
 	@mkdir -p $(BUILD)/fuzz-corpus
@@ -207,7 +208,7 @@ fuzz: $(BUILD)/fuzz_backoff
 $(BUILD)/threads: spec/c/threads.c $(CORE)
 	@mkdir -p $(@D)
 	$(CC) -O1 -g $(WARN) -Werror -fsanitize=thread -pthread -Icsrc -o $@ \
-	  spec/c/threads.c csrc/backoff.c -lm
+	  spec/c/threads.c $(CORE_SRC) -lm
 
 threads: $(BUILD)/threads
 	@TSAN_OPTIONS=halt_on_error=1 $(BUILD)/threads
@@ -226,6 +227,15 @@ bench: deps-test $(call MODULE,5.4) $(call MODULE,luajit) \
 	@echo
 	@$(call LUA_ENV,luajit) luajit bench/herd.lua --csv $(BUILD)/herd.csv \
 	  --svg $(BUILD)/herd.svg
+	@echo
+	@$(OUTAGE)
+
+# a full outage in virtual time (about 10 s of CPU): build/outage.csv, .svg
+OUTAGE = $(call LUA_ENV,luajit) luajit bench/outage.lua \
+	  --csv $(BUILD)/outage.csv --svg $(BUILD)/outage.svg
+.PHONY: outage
+outage: deps-test $(call MODULE,luajit)
+	@$(OUTAGE)
 
 # the herd again, by bench/herd_reference.py: the blog's model written
 # independently in Python, compared figure by figure with the CSV above

@@ -68,8 +68,9 @@ local function ffi_fast_path()
 
   -- the method op (FAILURE or SUCCESS), falling back to c_method
   local function method(op, c_method)
-    return function(self, ts)
+    return function(self, ts, hint)
       local r = -1
+      if hint ~= nil then return c_method(self, ts, hint) end
       if objects[self] then
         if ts == nil then r = step(self, op + NOW, 0, out)
         elseif type(ts) == "number" then r = step(self, op, ts, out) end
