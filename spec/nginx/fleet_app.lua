@@ -134,8 +134,12 @@ function app.obey()
     initial_delay = 0.01, max_delay = 0.02, max_attempts = 5,
     max_hint = tonumber(a.max_hint),
     max_actual_duration = tonumber(a.duration) })
-  if not (has_parse and has_hints) then
-    return ngx.say("skip=", tostring(has_parse and policy or parse))
+  local runner_ok, runner_err = pcall(backoff.retry, backoff.constant {
+    delay = 0 }, function() return true end, { retry_after = print })
+  if not (has_parse and has_hints and runner_ok) then
+    local why = not has_parse and parse or not has_hints and policy
+                or runner_err
+    return ngx.say("skip=", (tostring(why):gsub("%s", "_")))
   end
   local path = ("/hint?key=%s&fails=%s&form=%s&s=%s"):format(a.key,
     a.fails, a.form, a.s)
