@@ -123,6 +123,35 @@ describe("backoff.balancer", function()
     assert.equal(10, bud:tokens())
   end)
 
+  it("done() gives back an unused grant and deposits for a success",
+     function()
+    local p = backoff.constant { delay = 0, max_attempts = 10 }
+    local bud = budget { capacity = 100, cost = 5, refund = 1 }
+    local opts = { budget = bud }
+    balancer(p, opts)                     -- try 1, grants try 2: 95
+    assert.equal(95, bud:tokens())
+    bud:withdraw(10)                      -- 85
+    balancer.done(opts, true)             -- first-try success
+    assert.equal(91, bud:tokens())        -- 85 + 5 unused + 1 refund
+    balancer.done(opts, true)             -- once per request
+    assert.equal(91, bud:tokens())
+
+    rawget(_G, "ngx").ctx = {}
+    balancer(p, opts)                     -- 86
+    balancer(p, opts)                     -- try 2, grants try 3: 81
+    rawget(_G, "ngx").status = 503
+    balancer.done(opts)                   -- failed: only the unused grant
+    assert.equal(86, bud:tokens())
+
+    rawget(_G, "ngx").ctx = {}
+    balancer(p, opts)                     -- 81
+    balancer(p, opts)                     -- 76
+    rawget(_G, "ngx").status = 200
+    balancer.done(opts)                   -- success on a retry: + cost
+    assert.equal(86, bud:tokens())
+    assert.has_no.errors(function() balancer.done({}) end)
+  end)
+
   it("keeps separate states under separate ctx keys", function()
     local p = backoff.constant { delay = 0, max_attempts = 2 }
     assert.same({ true, 1, nil, 0 }, { balancer(p, { ctx_key = "a" }) })

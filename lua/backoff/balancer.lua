@@ -37,6 +37,13 @@
 -- (possible only on a later call, when the deadline passed during the
 -- previous try: nginx has already started this try; set a peer anyway
 -- or end the request, as above).
+--
+-- With a budget, call balancer.done(opts) from log_by_lua with the same
+-- opts: the balancer phase never learns how the last try ended, so this
+-- gives back the cost of a try granted but not used, and deposits what
+-- a success earns (the runner's rule: the cost of the retry that
+-- succeeded, or refund for a first-try success).  Success is
+-- ngx.status < 500 unless given: balancer.done(opts, ok).
 
 local error, getmetatable, max, pairs, rawget, setmetatable, tostring, type =
       error, getmetatable, math.max, pairs, rawget, setmetatable, tostring,
@@ -126,6 +133,23 @@ local function grant(st, budget)
   st.granted = st.granted + 1
 end
 
+local M = {}
+
+function M.done(opts, ok)
+  check_opts(opts)
+  opts = opts or none
+  local ctx = rawget(_G, "ngx").ctx
+  local key = opts.ctx_key or "backoff_balancer"
+  local st, bud = ctx[key], opts.budget
+  if st == nil or st.done or bud == nil then return end
+  st.done = true
+  if ok == nil then ok = rawget(_G, "ngx").status < 500 end
+  local cost = bud:cost()
+  local give = (st.granted - (st.attempt - 1)) * cost   -- grants unused
+  if ok then give = give + (st.attempt > 1 and cost or bud:refund()) end
+  if give > 0 then bud:deposit(give) end
+end
+
 local function balancer(policy, opts)
   if type(policy) ~= "userdata" or not getmetatable(policy)
      or type(policy.clone) ~= "function" then
@@ -158,4 +182,7 @@ local function balancer(policy, opts)
   return true, st.attempt, timeout, delay
 end
 
-return balancer
+-- balancer(policy [, opts]) and balancer.done(opts [, ok])
+return setmetatable(M, { __call = function(_, policy, opts)
+  return balancer(policy, opts)
+end })

@@ -241,7 +241,23 @@ local function show(t)
   return table.concat(s, ", ")
 end
 
+-- a budget of 10 tokens, cost 5: two retries for the fleet, then none
+local function balancer_budget_checks(port)
+  local _, status, head = get(port, "/proxy?p=limits&budget=1")
+  local t = tries_of(head)
+  local tokens = fields(get(port, "/proxy_tokens")).tokens
+  check(status == 504 and #t == 3 and tokens == "0",
+    "balancer + shared budget: 2 retries paid for, then the budget stops "
+    .. "them", ("status %s, tokens %s: %s"):format(status, tokens, show(t)))
+  _, status, head = get(port, "/proxy?p=limits&budget=1")
+  t = tries_of(head)
+  check(status == 504 and #t == 1,
+    "balancer + empty shared budget: one try, no retry",
+    ("status %s: %s"):format(status, show(t)))
+end
+
 local function balancer_checks(port)
+  balancer_budget_checks(port)
   local t0 = socket.gettime()
   local _, status, head = get(port, "/proxy?p=limits")
   local el = socket.gettime() - t0

@@ -21,6 +21,8 @@ function app.init()
     min_adjust_timeout = 0.05, jitter_factor = 0, timeout_jitter_factor = 0 }
   budgets.retry = budget { shared = ngx.shared.budget, key = "retry",
     capacity = 20, cost = 5, refund = 1 }
+  budgets.proxy = budget { shared = ngx.shared.budget, key = "proxy",
+    capacity = 10, cost = 5, refund = 1 }
   budgets.race = budget { shared = ngx.shared.budget, key = "race",
     capacity = 300, cost = 1, refund = 1 }
 end
@@ -165,9 +167,13 @@ end
 -- balancer_by_lua: policy p (limits: peers alternate hang, fail, ...;
 -- deadline: the hanging peer only); each try is recorded for the header
 
+local function balancer_opts()
+  if ngx.var.arg_budget then return { budget = budgets.proxy } end
+end
+
 function app.balance(hang, fail)
   local name = ngx.var.arg_p or "limits"
-  local ok, attempt, timeout = balancer(policies[name])
+  local ok, attempt, timeout = balancer(policies[name], balancer_opts())
   if not ok then return ngx.exit(502) end
   local port = hang
   if name == "limits" and attempt % 2 == 0 then port = fail end
@@ -180,6 +186,15 @@ end
 
 function app.tries_header()
   ngx.header["X-Tries"] = table.concat(ngx.ctx.tries or {}, ",")
+end
+
+function app.proxy_log()
+  local opts = balancer_opts()
+  if opts then balancer.done(opts) end
+end
+
+function app.proxy_tokens()
+  ngx.say("tokens=", budgets.proxy:tokens())
 end
 
 return app
