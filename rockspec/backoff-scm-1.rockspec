@@ -32,8 +32,11 @@ build = {
     ["backoff.budget"] = "lua/backoff/budget.lua",
     ["backoff.balancer"] = "lua/backoff/balancer.lua",
     ["backoff.core"] = {
-      sources = { "csrc/backoff.c", "csrc/lbackoff.c",
-                  "csrc/backoff_budget.c", "csrc/lbudget.c" },
+      sources = { "csrc/backoff.c", "csrc/backoff_options.c",
+                  "csrc/backoff_budget.c", "csrc/lbackoff.c",
+                  "csrc/lbackoff_options.c", "csrc/lbackoff_env.c",
+                  "csrc/lbackoff_msg.c", "csrc/lbackoff_ffi.c",
+                  "csrc/lbudget.c" },
       incdirs = { "csrc" },
       libraries = { "m" },
     },
