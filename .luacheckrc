@@ -7,3 +7,4 @@ files["examples/**/*.lua"] = { globals = { "ngx" } }
 files["rockspec/*.rockspec"] = { std = "rockspec" }
 files["spec/nginx/app.lua"] = { globals = { "ngx" } }
 files["bin/backoff-delays"] = { std = "max" }
+files["spec/nginx/fleet_app.lua"] = { globals = { "ngx" } }

@@ -199,4 +199,9 @@ function methods.retry(self, fn, ropts)
   return M.retry(self, fn, ropts)
 end
 
+-- fleet safety (API.md section 9): retry budgets, in-process or shared
+-- by nginx workers, and the balancer_by_lua helper
+M.budget = require "backoff.budget"
+M.balancer = require "backoff.balancer"
+
 return M

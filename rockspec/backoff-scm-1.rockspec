@@ -29,6 +29,8 @@ build = {
     backoff = "lua/backoff.lua",
     ["backoff.cli"] = "lua/backoff/cli.lua",
     ["backoff.retry_after"] = "lua/backoff/retry_after.lua",
+    ["backoff.budget"] = "lua/backoff/budget.lua",
+    ["backoff.balancer"] = "lua/backoff/balancer.lua",
     ["backoff.core"] = {
       -- the Makefile's CORE_SRC and BINDING_SRC
       sources = { "csrc/backoff.c", "csrc/backoff_options.c",

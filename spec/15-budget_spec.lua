@@ -1,0 +1,296 @@
+-- Retry budgets: the C one (backoff.core.budget) and the one shared
+-- through an ngx.shared dict (lua/backoff/budget.lua), here over a fake
+-- dict with lua-resty-core's incr/get semantics.
+
+local budget = require "backoff.budget"
+local core = require "backoff.core"
+
+-- a fake ngx.shared dict: incr(key, value, init) as lua-resty-core's
+-- (a missing key without init is "not found"; with init, it becomes
+-- init + value); on_incr, if set, runs after every incr (to interleave)
+local function fake_dict()
+  local d = { data = {}, incrs = 0 }
+  function d.incr(self, key, value, init)
+    assert(type(value) == "number", "bad value")
+    local v = self.data[key]
+    if v == nil then
+      if init == nil then return nil, "not found" end
+      v = init
+    elseif type(v) ~= "number" then
+      return nil, "not a number"
+    end
+    v = v + value
+    self.data[key] = v
+    self.incrs = self.incrs + 1
+    if self.on_incr then self.on_incr() end
+    return v
+  end
+  function d.get(self, key) return self.data[key] end
+  return d
+end
+
+local kinds = {
+  { name = "in-process", make = function(opts) return budget(opts) end },
+  { name = "shared", make = function(opts)
+      opts = opts or {}
+      opts.shared = fake_dict()
+      return budget(opts)
+    end },
+}
+
+for _, kind in ipairs(kinds) do
+  local make = kind.make
+
+  describe("a " .. kind.name .. " budget", function()
+    it("defaults to AWS's retry quota: 500 tokens, cost 5, refund 1",
+       function()
+      local b = make()
+      assert.equal(500, b:capacity())
+      assert.equal(5, b:cost())
+      assert.equal(1, b:refund())
+      assert.equal(500, b:tokens())      -- starts full
+    end)
+
+    it("withdraws cost until short, then refuses and takes nothing",
+       function()
+      local b = make { capacity = 12, cost = 5, refund = 2 }
+      assert.is_true(b:withdraw())
+      assert.equal(7, b:tokens())
+      assert.is_true(b:withdraw())
+      assert.equal(2, b:tokens())
+      assert.is_false(b:withdraw())
+      assert.equal(2, b:tokens())
+      assert.is_false(b:withdraw(3))
+      assert.is_true(b:withdraw(2))
+      assert.equal(0, b:tokens())
+      assert.is_true(b:withdraw(0))
+      assert.is_false(b:withdraw(1))
+    end)
+
+    it("deposits refund or n, capped at capacity", function()
+      local b = make { capacity = 10, cost = 10, refund = 3 }
+      assert.is_true(b:withdraw())
+      assert.equal(3, b:deposit())
+      assert.equal(3, b:tokens())
+      assert.equal(9, b:deposit(6))
+      assert.equal(10, b:deposit())
+      assert.equal(10, b:deposit(2 ^ 53))
+      assert.equal(10, b:tokens())
+      assert.equal(10, b:deposit(0))
+    end)
+
+    it("takes the 100 retries of a full default budget, then none",
+       function()
+      local b = make()
+      for _ = 1, 100 do assert.is_true(b:withdraw()) end
+      assert.is_false(b:withdraw())
+      for _ = 1, 4 do b:deposit() end
+      assert.is_false(b:withdraw())
+      b:deposit()
+      assert.is_true(b:withdraw())
+    end)
+
+    it("allows a cost above capacity (never met) and zero counts",
+       function()
+      local b = make { capacity = 3, cost = 5, refund = 0 }
+      assert.is_false(b:withdraw())
+      assert.equal(3, b:deposit())
+      local z = make { capacity = 0, cost = 0, refund = 0 }
+      assert.is_true(z:withdraw())
+      assert.equal(0, z:deposit(7))
+      assert.equal(0, z:tokens())
+    end)
+
+    it("names the budget in tostring", function()
+      assert.matches("^backoff%.budget: ", tostring(make()))
+    end)
+
+    it("refuses bad options with the module's messages", function()
+      local cases = {
+        { { cost = -1 }, "option 'cost' must be an integer >= 0" },
+        { { cost = -1 }, "option 'cost' must be an integer >= 0 and <= 2^53 "
+                         .. "(got -1)" },
+        { { capacity = 2.5 }, "option 'capacity' must be an integer >= 0" },
+        { { refund = "1" }, "option 'refund' must be an integer >= 0" },
+        { { capacity = 0 / 0 }, "option 'capacity' must be an integer >= 0 "
+                               .. "and <= 2^53 (got nan)" },
+        { { capacity = math.huge }, "option 'capacity'" },
+        { { capacity = 2 ^ 53 + 2 }, "option 'capacity'" },
+        { { capcity = 1 }, "unknown option 'capcity'" },
+        { { 1 }, "unknown option 1" },
+      }
+      for _, c in ipairs(cases) do
+        assert.error_matches(function() make(c[1]) end,
+                             "backoff.budget: " .. c[2], nil, true)
+      end
+      assert.has_no.errors(function() make { capacity = 2 ^ 53 } end)
+    end)
+
+    it("refuses bad arguments and is unchanged after them", function()
+      local b = make { capacity = 20, cost = 5, refund = 1 }
+      assert.is_true(b:withdraw())
+      for _, bad in ipairs { -1, 2.5, 0 / 0, math.huge, 2 ^ 54, "5", true,
+                             {} } do
+        assert.error_matches(function() b:withdraw(bad) end,
+          "bad argument #1 to 'withdraw' (cost must be an integer >= 0",
+          nil, true)
+        assert.error_matches(function() b:deposit(bad) end,
+          "bad argument #1 to 'deposit' (n must be an integer >= 0",
+          nil, true)
+      end
+      assert.equal(15, b:tokens())
+      assert.is_true(b:withdraw())
+      assert.equal(10, b:tokens())
+    end)
+
+    it("refuses a wrong self", function()
+      local b = make()
+      for _, m in ipairs { "withdraw", "deposit", "tokens", "capacity" } do
+        assert.has_error(function() return b[m]({}) end)
+        assert.has_error(function() return b[m]() end)
+        assert.has_error(function() return b[m](io.stdout) end)
+      end
+    end)
+  end)
+end
+
+describe("budget(opts)", function()
+  it("is the C userdata without shared, and refuses a non-table",
+     function()
+    local b = budget { capacity = 7 }
+    assert.equal("userdata", type(b))
+    assert.equal(getmetatable(core.budget()), getmetatable(b))
+    assert.error_matches(function() budget(5) end,
+      "backoff.budget: options must be a table (got number)", nil, true)
+  end)
+
+  it("checks shared and key", function()
+    assert.error_matches(function() budget { shared = 5 } end,
+      "backoff.budget: option 'shared' must be an ngx.shared dict (got 5)",
+      nil, true)
+    assert.error_matches(function() budget { key = "k" } end,
+      "option 'shared' must be an ngx.shared dict (got nil)", nil, true)
+    assert.error_matches(function()
+      budget { shared = fake_dict(), key = "" }
+    end, "option 'key' must be a non-empty string (got '')", nil, true)
+    assert.error_matches(function()
+      budget { shared = fake_dict(), key = 3 }
+    end, "option 'key' must be a non-empty string (got 3)", nil, true)
+    assert.error_matches(function()
+      budget { shared = fake_dict(), cost = -2 }
+    end, "backoff.budget: option 'cost' must be an integer >= 0", nil, true)
+    assert.error_matches(function()
+      budget { shared = fake_dict(), colour = 1 }
+    end, "backoff.budget: unknown option 'colour'", nil, true)
+  end)
+end)
+
+describe("a shared budget", function()
+  it("keeps its tokens in the dict under key (default backoff:budget)",
+     function()
+    local d = fake_dict()
+    local a = budget { shared = d, capacity = 10 }
+    local b = budget { shared = d, capacity = 10 }
+    local other = budget { shared = d, capacity = 10, key = "other" }
+    assert.is_nil(d.data["backoff:budget"])  -- a missing key is full
+    assert.equal(10, a:tokens())
+    assert.is_true(a:withdraw())
+    assert.equal(5, d.data["backoff:budget"])
+    assert.is_true(b:withdraw())             -- the same tokens
+    assert.is_false(a:withdraw())
+    assert.is_false(b:withdraw())
+    assert.equal(10, other:tokens())
+    assert.is_true(other:withdraw())
+    assert.equal(5, d.data.other)
+  end)
+
+  it("treats an evicted key as full again", function()
+    local d = fake_dict()
+    local b = budget { shared = d, capacity = 10, cost = 10 }
+    assert.is_true(b:withdraw())
+    assert.is_false(b:withdraw())
+    d.data["backoff:budget"] = nil
+    assert.is_true(b:withdraw())
+  end)
+
+  it("refuses to retry when the dict fails, with its message", function()
+    local d = fake_dict()
+    d.data["backoff:budget"] = "text"
+    local b = budget { shared = d }
+    local ok, err = b:withdraw()
+    assert.is_false(ok)
+    assert.equal("not a number", err)
+    local v, err2 = b:deposit()
+    assert.is_nil(v)
+    assert.equal("not a number", err2)
+    assert.equal(500, b:tokens())
+  end)
+
+  -- Workers are coroutines that yield after each incr, so every
+  -- interleaving of their dict steps can be run.  Each worker does a
+  -- random mix of withdrawals and deposits; checked: the successful
+  -- withdrawals never exceed the initial tokens plus the deposits, the
+  -- counter ends at most capacity, the accounting is exact, and
+  -- tokens() stays in [0, capacity].
+  local function run(seed, workers, cap, cost)
+    local rng = seed
+    local function rand(n)   -- a small LCG, the same on every Lua
+      rng = (rng * 1103515245 + 12345) % 2147483648
+      return rng % n + 1
+    end
+    local d = fake_dict()
+    local bud = budget { shared = d, capacity = cap, cost = cost }
+    d.on_incr = function() coroutine.yield() end
+    local withdrawn, deposited, live = 0, 0, {}
+    for w = 1, workers do
+      live[w] = coroutine.create(function()
+        for _ = 1, 30 do
+          if rand(3) == 1 then
+            local n = rand(7) - 1
+            deposited = deposited + n     -- counted when it starts
+            bud:deposit(n)
+          elseif bud:withdraw() then
+            withdrawn = withdrawn + cost
+          end
+        end
+      end)
+    end
+    while #live > 0 do
+      local i = rand(#live)
+      assert(coroutine.resume(live[i]))
+      if coroutine.status(live[i]) == "dead" then table.remove(live, i) end
+      local t = bud:tokens()   -- plain asserts: this loop runs often
+      assert(t >= 0 and t <= cap, "tokens() out of range")
+      assert(withdrawn <= cap + deposited, "overdrawn")
+    end
+    local v = d.data["backoff:budget"] or cap
+    assert.is_true(v <= cap, "counter above capacity: " .. v)
+    return v, withdrawn, deposited
+  end
+
+  it("never overdraws nor ends above capacity, in any interleaving",
+     function()
+    local debts, runs = 0, 0
+    for seed = 1, 150 do
+      for _, shape in ipairs { { 2, 10, 5 }, { 3, 12, 4 }, { 2, 5, 5 } } do
+        local v = run(seed, shape[1], shape[2], shape[3])
+        runs = runs + 1
+        if v < 0 then debts = debts + 1 end
+      end
+    end
+    assert.equal(450, runs)
+    assert.is_true(debts < runs)   -- a debt needs a rare race
+  end)
+
+  it("ends in [0, capacity] when the workers do not overlap", function()
+    local d = fake_dict()
+    local a = budget { shared = d, capacity = 10, cost = 3 }
+    local b = budget { shared = d, capacity = 10, cost = 3 }
+    for i = 1, 50 do
+      local x = i % 2 == 0 and a or b
+      if i % 3 == 0 then x:deposit(i % 5) else x:withdraw() end
+      local v = d.data["backoff:budget"]
+      assert.is_true(v >= 0 and v <= 10)
+    end
+  end)
+end)
