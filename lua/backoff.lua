@@ -82,7 +82,10 @@ if _VERSION == "Lua 5.1" and not rawget(_G, "jit") then
     return step(co, resume(co, yield(...)))
   end
   yieldable_pcall = function(f, ...)
-    local co = create(f)
+    local made, co = pcall(create, f)      -- a Lua function
+    if not made then                        -- a C function, a callable
+      co = create(function(...) return f(...) end)
+    end
     return step(co, resume(co, ...))
   end
 end
@@ -273,6 +276,33 @@ local function after_first(policy, b, f, t0, fn, ropts, timeout, ok, r1, ...)
   return first_failure(policy, b, f, t0, fn, ropts, timeout, err)
 end
 
+-- fn may be a function or a callable object
+local function callable(v)
+  if type(v) == "function" then return true end
+  local mt = getmetatable(v)
+  return type(mt) == "table" and mt.__call ~= nil
+end
+
+local function fn_error(fn, level)
+  error("backoff.retry: argument 'fn' must be a function (got "
+        .. type(fn) .. ")", level + 1)
+end
+
+-- levels the runner's frames lost to tail calls add on PUC 5.1
+local TAIL = (_VERSION == "Lua 5.1" and not rawget(_G, "jit")) and 1 or 0
+
+-- The fast path's results: a policy object without a deadline and no
+-- ropts.  fn is checked only here, when the attempt failed (a value
+-- that cannot be called fails); after_plain replaced the runner's frame
+-- by a tail call, so level 2 is the runner's caller.
+local function after_plain(policy, fn, ok, r1, ...)
+  if ok and r1 then return r1, ... end
+  if not ok and not callable(fn) then fn_error(fn, 2 + TAIL) end
+  local err = r1
+  if ok then err = ... end
+  return first_failure(policy, nil, false, nil, fn, nil, nil, err)
+end
+
 -- Everything about the arguments that the fast path does not settle:
 -- raises at level 3 (the caller of the runner), else returns the facts
 -- of the policy and, for an options table, the run's object built now.
@@ -282,10 +312,7 @@ local function setup(method, policy, fn)
     error("bad argument #1 to 'retry' (backoff.Backoff expected, got "
           .. type(policy) .. ")", 3)
   end
-  if type(fn) ~= "function" then
-    error("backoff.retry: argument 'fn' must be a function (got "
-          .. type(fn) .. ")", 3)
-  end
+  if not callable(fn) then fn_error(fn, 3) end
   if obj then
     local f = facts_of(policy)
     facts[policy] = f
@@ -309,6 +336,9 @@ end
 local function runner(method)
   return function(policy, fn, ropts)
     local f, b = facts[policy], nil
+    if f == false and ropts == nil then       -- the common case
+      return after_plain(policy, fn, yieldable_pcall(fn, 1))
+    end
     if f == nil or type(fn) ~= "function" then
       f, b = setup(method, policy, fn)
     end
