@@ -8,30 +8,6 @@
 
 local core = require "backoff.core"
 
--- TEMPORARY SHIM until core._now, _first_timeout, _failure and clone(ts)
--- land on main: remove before merging.
-if not core._failure then
-  local m = core.methods
-  local clone = m.clone
-  core._now = function(b)
-    local c = b:config().clock
-    if c then return c() end
-    return core.now()
-  end
-  core._first_timeout = function(b) return clone(b):timeout() end
-  core._failure = function(b, ts, hint)
-    local d, t = b:failure(ts)
-    if d == nil then return nil, t end
-    if hint and hint > d then d = hint end
-    return d, t, d
-  end
-  m.clone = function(self, ts)
-    local c = clone(self)
-    if ts and not self:config().start then c:reset(ts) end
-    return c
-  end
-end
-
 local coroutine, error, getmetatable, pairs, pcall, select, setmetatable,
       tostring, type =
       coroutine, error, getmetatable, pairs, pcall, select, setmetatable,
