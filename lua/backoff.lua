@@ -8,9 +8,9 @@
 
 local core = require "backoff.core"
 
-local coroutine, error, getmetatable, pairs, pcall, select, setmetatable,
+local coroutine, error, getmetatable, pairs, pcall, setmetatable,
       tostring, type =
-      coroutine, error, getmetatable, pairs, pcall, select, setmetatable,
+      coroutine, error, getmetatable, pairs, pcall, setmetatable,
       tostring, type
 local huge = math.huge
 
@@ -311,10 +311,11 @@ end
 -- until it fails (see after_first), and its results are passed on.
 local function runner(method)
   return function(policy, fn, ropts)
-    local f, b = facts[policy], nil
+    local f = facts[policy]
     if f == false and ropts == nil then       -- the common case
       return after_plain(policy, fn, yieldable_pcall(fn, 1))
     end
+    local b
     if f == nil or type(fn) ~= "function" then
       f, b = setup(method, policy, fn)
     end
