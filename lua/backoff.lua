@@ -162,7 +162,13 @@ local function next_attempt(st, err)
       return nil, err, "retry_on"
     end
   end
-  local hint = st.retry_after and st.retry_after(err, attempt)
+  local hint = st.retry_after and st.retry_after(err, attempt) or nil
+  if hint ~= nil and not (type(hint) == "number" and hint >= 0
+                          and hint < huge) then
+    error("backoff.retry: ropts.retry_after must return nil or a finite "
+          .. "number >= 0 (got " .. (type(hint) == "number"
+          and tostring(hint) or type(hint)) .. ")", 0)
+  end
   local now = core_now(b)
   local delay, t, own = core_failure(b, now, hint)
   if delay == nil then return nil, err, t end

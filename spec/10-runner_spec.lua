@@ -603,6 +603,38 @@ describe("backoff.retry's hints (ropts.retry_after)", function()
   end)
 end)
 
+describe("backoff.retry's bad hints", function()
+  it("raises, naming ropts.retry_after", function()
+    for _, bad in ipairs { -1, 0 / 0, math.huge, "5", true } do
+      assert.error_matches(function()
+        backoff.retry(backoff.constant { delay = 0 },
+          function() return nil, "x" end,
+          { sleep = function() end, retry_after = function() return bad end })
+      end, "ropts.retry_after must return nil or a finite number >= 0",
+      nil, true)
+    end
+  end)
+
+  it("takes false as no hint", function()
+    local slept = {}
+    backoff.retry(backoff.constant { delay = 0.5, max_attempts = 2 },
+      function() return nil, "x" end,
+      { sleep = function(d) slept[#slept + 1] = d end,
+        retry_after = function() return false end })
+    assert.same({ 0.5 }, slept)
+  end)
+end)
+
+describe("backoff.ffi", function()
+  it("installs once: a second call does nothing", function()
+    local core = require "backoff.core"
+    local methods = getmetatable(backoff.constant { delay = 1 }).__index
+    local failure = methods.failure
+    assert.is_false(require("backoff.ffi")(core, methods))
+    assert.equal(failure, methods.failure)
+  end)
+end)
+
 describe("backoff.retry's budget (ropts.budget)", function()
   -- a Lua stand-in for backoff.budget, logging each call
   local function fake_budget(tokens, cost, with_cost)
