@@ -3,7 +3,8 @@
 #   make demo          build for Lua 5.4 and show the module at work
 #   make test          build for 5.1 5.2 5.3 5.4 and LuaJIT, run every test
 #   make               build the module for LUA_VERSION (default 5.4)
-#   make LUA_VERSION=luajit    (or 5.1, 5.2, 5.3)
+#   make LUA_VERSION=luajit    (or 5.1, 5.2, 5.3): that version's packages
+#                      (interpreter, headers) are installed first
 #   make bench         call costs (5.4, LuaJIT), the herd and the outage
 #   make outage        retry storms: a full outage, with and without budget
 #   make herd-reference  the herd re-run by an independent model (Python)
@@ -36,7 +37,13 @@ lua_bin = $(if $(filter luajit,$1),luajit,lua$1)
 lua_inc = $(if $(filter luajit,$1),/usr/include/luajit-2.1,/usr/include/lua$1)
 lua_dev = $(if $(filter luajit,$1),luajit2 libluajit2-5.1-dev,$(if $(filter 5.1,$1),lua5.1 liblua5.1-0-dev,lua$1 liblua$1-dev))
 
-DEMO_PKGS := gcc libc6-dev $(call lua_dev,5.4)
+ifeq ($(filter $(LUA_VERSION),$(LUA_VERSIONS)),)
+$(error LUA_VERSION=$(LUA_VERSION): use one of $(LUA_VERSIONS))
+endif
+
+BUILD_PKGS := gcc libc6-dev $(call lua_dev,$(LUA_VERSION))
+# luarocks too, so that README's `luarocks --lua-version 5.4 make` works
+DEMO_PKGS := gcc libc6-dev $(call lua_dev,5.4) luarocks
 TEST_PKGS := gcc libc6-dev $(foreach v,$(LUA_VERSIONS),$(call lua_dev,$(v))) \
              lua-busted lua-check lua-socket luarocks libcmocka-dev \
              valgrind clang libclang-rt-dev nginx libnginx-mod-http-lua
@@ -46,10 +53,10 @@ MODULE = $(BUILD)/$(1)/backoff/core.so
 LUA_ENV = LUA_PATH='./lua/?.lua;;' LUA_CPATH='./$(BUILD)/$(1)/?.so;;'
 
 .PHONY: ctest-budget nginx-fleet
-.PHONY: all demo test ctest lint clean deps-demo deps-test print rock-test core-alone \
+.PHONY: all demo test ctest lint clean deps-build deps-demo deps-test print rock-test core-alone \
         asan-busted valgrind allocfail forged fuzz threads bench herd-reference
 
-all: deps-demo $(call MODULE,$(LUA_VERSION))
+all: deps-build $(call MODULE,$(LUA_VERSION))
 
 $(BUILD)/%/backoff/core.so: $(CORE) $(BINDING)
 	@mkdir -p $(@D)
@@ -61,6 +68,9 @@ $(BUILD)/asan-%/backoff/core.so: $(CORE) $(BINDING)
 	@mkdir -p $(@D)
 	$(CC) -O1 -g $(WARN) -Werror $(SANITIZE) -fPIC -I$(call lua_inc,$*) \
 	  -Icsrc -o $@ $(CORE_SRC) $(BINDING_SRC) -shared -lm
+
+deps-build:
+	@sh .ci/deps $(BUILD_PKGS)
 
 deps-demo:
 	@sh .ci/deps $(DEMO_PKGS)
@@ -138,6 +148,10 @@ ctest-budget: $(BUILD)/test_budget
 # build/ or .busted, so nothing from this tree can be picked up)
 ROCK := $(BUILD)/rock
 rock-test:
+	@for f in $(CORE_SRC) $(BINDING_SRC) $$(find lua -name '*.lua'); do \
+	  grep -q "\"$$f\"" rockspec/*.rockspec || \
+	  { echo "not ok - the rockspec does not install $$f"; exit 1; }; done; \
+	  echo "ok - the rockspec has every C source and Lua module of the tree"
 	@rm -rf $(ROCK) && mkdir -p $(ROCK)/src $(ROCK)/run
 	@cp -r csrc lua bin rockspec $(ROCK)/src/ && cp -r spec $(ROCK)/run/
 	@cd $(ROCK)/src && luarocks make --tree ../tree >../make.log 2>&1 \
@@ -153,6 +167,18 @@ rock-test:
 	  echo "ok - the installed backoff-delays prints the LIMD example" && \
 	  lua5.1 /usr/bin/busted -o TAP spec && \
 	  luajit /usr/bin/busted -o TAP spec/13-ffi_spec.lua
+	@cd $(ROCK)/src && luarocks --lua-version 5.4 make --tree ../tree \
+	  >../make54.log 2>&1 || { cat ../make54.log; exit 1; }
+	@cd $(ROCK)/run && \
+	  eval "$$(luarocks --lua-version 5.4 path --tree ../tree)" && \
+	  lua5.4 -e 'b = require "backoff"' \
+	    -e 'p = package.searchpath("backoff.core", package.cpath)' \
+	    -e 'assert(p:find("tree/lib/lua/5.4/", 1, true), p)' \
+	    -e 'assert(b.exponential{initial_delay = 1}:failure(0) == 1)' && \
+	  grep -q 'lua5\.4' ../tree/bin/backoff-delays && \
+	  grep -q 'lua5\.1' ../tree/bin/backoff-delays~ && \
+	  echo "ok - luarocks --lua-version 5.4 make: lua5.4 loads the rock;" \
+	    "backoff-delays now runs lua5.4, the 5.1 one is kept as backoff-delays~"
 
 # the whole busted suite against the sanitizer build (LD_PRELOAD puts
 # the ASan runtime first, as a plain lua binary is not instrumented)
@@ -246,7 +272,7 @@ herd-reference:
 	@python3 bench/herd_reference.py --csv $(BUILD)/herd.csv
 
 lint:
-	@luacheck -q lua spec examples bench bin/backoff-delays && echo "ok - luacheck: no warnings"
+	@luacheck -q --no-color lua spec examples bench bin/backoff-delays && echo "ok - luacheck: no warnings"
 
 clean:
 	rm -rf $(BUILD) csrc/*.o csrc/*.so

@@ -94,6 +94,66 @@ local cases = {
     end },
 }
 
+-- The happy path and allocation rows (issue 10), each divided by a
+-- same-process baseline of the same loop shape.  fn succeeds at once
+-- (it counts its calls, so that no JIT can fold it away).
+-- The hand loop is what a user would write instead of backoff.retry;
+-- both are a function call per iteration.  Results go to an upvalue so
+-- that LuaJIT cannot sink (drop) an allocation that nothing uses; the
+-- allocating rows and their table baseline run the same count, and a
+-- ratio to a table allocation includes the GC cost of both sides.
+local sink
+local calls = 0
+local function fn() calls = calls + 1 return calls end
+local sleep = backoff.sleep
+local function hand_retry(f)
+  for attempt = 1, 6 do
+    local ok, r = pcall(f, attempt)
+    if ok and r then return r end
+    sleep(0.001 * 2 ^ attempt)
+  end
+end
+local RETRY = backoff.exponential { initial_delay = 0.001, max_delay = 10,
+  jitter = "full", max_attempts = 6 }
+local CTOR = { initial_delay = 0.001, max_delay = 10, jitter = "full",
+  max_attempts = 6 }
+local retry = backoff.retry
+local R = 20 -- divisor of N for the rows that allocate (and retry)
+cases[#cases + 1] = { key = "pcall", function(n)
+    for _ = 1, n do pcall(fn) end
+  end }
+cases[#cases + 1] = { key = "hand", function(n)
+    for _ = 1, n do sink = hand_retry(fn) end
+  end }
+cases[#cases + 1] = { key = "table8", div = R, function(n)
+    for i = 1, n do
+      sink = { a = i, b = i + 1, c = i + 2, d = i + 3, e = i + 4,
+        f = i + 5, g = i + 6, h = i + 7 }
+    end
+  end }
+cases[#cases + 1] = { key = "retry", div = R, function(n)
+    for _ = 1, n do sink = retry(RETRY, fn) end
+  end }
+cases[#cases + 1] = { key = "clone", div = R, function(n)
+    local b = backoff.exponential(OPTS)
+    for _ = 1, n do sink = b:clone() end
+  end }
+cases[#cases + 1] = { key = "ctor", div = R, function(n)
+    for _ = 1, n do sink = backoff.exponential(CTOR) end
+  end }
+
+-- issue 10's targets: row, baseline, target on 5.4, target on LuaJIT
+-- (nil: no target on that VM)
+local ratios = {
+  { "backoff.retry(b, fn), fn succeeds", "retry", "pcall(fn)", "pcall",
+    3 },
+  { "backoff.retry(b, fn), fn succeeds", "retry", "hand pcall loop",
+    "hand", nil, 1.5 },
+  { "b:clone()", "clone", "plain 8-field table", "table8", 1.5, 3 },
+  { "backoff.exponential{4 options}", "ctor", "plain 8-field table",
+    "table8", 4, 8 },
+}
+
 -- ROUNDS rounds, each timing every row once; each row keeps its best.
 -- A noisy moment then spoils one round of every row, not every run of
 -- one row, so the ratios stay comparable.
@@ -109,6 +169,7 @@ end
 for i, c in ipairs(cases) do
   if c.key then by_key[c.key] = best[i] end
 end
+assert(sink ~= nil, "bench: nothing reached the sink")
 
 local function bytes_per_object()
   local n = 100000
@@ -146,6 +207,21 @@ for i, c in ipairs(cases) do
       best[i] / by_key[c.base or c.key], best[i] / by_key.peer))
   end
 end
+print()
+local jit_vm = rawget(_G, "jit") ~= nil
+print(("%-34s %-20s %8s %8s"):format("ratio (same process)", "to",
+  "measured", "target"))
+for _, r in ipairs(ratios) do
+  local ratio = by_key[r[2]] / by_key[r[4]]
+  local target = r[jit_vm and 6 or 5]
+  local verdict = ""
+  if target then verdict = ratio <= target and "  met" or "  MISSED" end
+  print(("%-34s %-20s %8.2f %8s%s"):format(r[1], r[3], ratio,
+    target and ("<= " .. target) or "-", verdict))
+end
+print(("(baselines per call: pcall(fn) %.1f ns, hand loop %.1f ns, "
+  .. "plain 8-field table %.0f ns)"):format(by_key.pcall * 1e9,
+  by_key.hand * 1e9, by_key.table8 * 1e9))
 local bytes = bytes_per_object()
 print(("bytes per object (10^5 objects):   %.0f"):format(bytes))
 print(("garbage per b:failure(ts) call:    %.4f bytes (10^6 calls)")

@@ -80,7 +80,6 @@ lbackoff_object *lbackoff_newud(lua_State *L, int side) {
   o->tag = 0;
   lua_pushvalue(L, UV_META);
   lua_setmetatable(L, -2);
-  if (o->owner->ffi) lbackoff_ffi_add(L, o->owner);
   return o;
 }
 
@@ -349,6 +348,7 @@ static const luaL_Reg methods[] = {
 
 static const luaL_Reg functions[] = {
   {"_ffi_objects", lbackoff_ffi_objects},
+  {"_ffi_trust", lbackoff_ffi_trust},
   {"_failure", f_failure},
   {"_first_timeout", f_first_timeout},
   {"_now", f_now},

@@ -75,7 +75,7 @@ typedef struct lbackoff_state {
   backoff_rng seeds;        /* seeded from the clocks and pid */
   uint32_t seeds_tag;       /* the process tag seeds was seeded in */
   volatile uint32_t *wipe;
-  int ffi;                  /* register new objects for the FFI path */
+  int ffi;                  /* the FFI set was handed out */
 } lbackoff_state;
 
 /* lbackoff_object.flags */
@@ -133,7 +133,7 @@ int lbackoff_config(lua_State *L);
 
 /* lbackoff_ffi.c */
 int lbackoff_ffi_objects(lua_State *L);
-void lbackoff_ffi_add(lua_State *L, lbackoff_state *st);
+int lbackoff_ffi_trust(lua_State *L);
 void lbackoff_push_ffi_token(lua_State *L);
 
 /* what lbackoff_step does (also the low bit of lbackoff_ffi_step's op) */

@@ -5,11 +5,13 @@
 ** Under LuaJIT, b:failure() and b:success() call lbackoff_ffi_step
 ** through the FFI: the JIT compiles that into a direct call, where a Lua
 ** C function stops the trace.  The FFI cannot check what it passes, so
-** Lua passes only objects found in the weak set _ffi_objects() returns,
-** which this module fills as it builds objects.  It hands the set out
-** once per lua_State, to lua/backoff/ffi.lua, which keeps it in a local:
-** no other Lua code can add a foreign value to it (short of the debug
-** library).  Whatever the step does not handle (a hint, a Lua clock, a
+** Lua passes only objects found in the weak set _ffi_objects() returns.
+** The module hands the set out once per lua_State, to lua/backoff/ffi.lua,
+** which keeps it in a local; only _ffi_trust adds to it, and only values
+** that pass the methods' own self check (size and owner), so no foreign
+** value gets in (short of the debug library).  An object enters the set
+** on its first fast call, not when it is built: objects that never meet
+** the FFI (a runner's template, most clones) cost nothing.  Whatever the step does not handle (a hint, a Lua clock, a
 ** bad timestamp) it leaves untouched and answers LB_FFI_SLOW: the
 ** method proper then runs and raises the error or calls the Lua clock.
 */
@@ -58,14 +60,21 @@ void lbackoff_push_ffi_token(lua_State *L) {
   lua_pushlightuserdata(L, (void *)(uintptr_t)&ffi_token_byte);
 }
 
-/* the object on top goes into the set the FFI path trusts */
-void lbackoff_ffi_add(lua_State *L, lbackoff_state *st) {
-  (void)st;
-  lua_getfield(L, LUA_REGISTRYINDEX, LBACKOFF_FFI);   /* ud, set */
-  lua_pushvalue(L, -2);
-  lua_pushboolean(L, 1);
-  lua_rawset(L, -3);
-  lua_pop(L, 1);
+/* _ffi_trust(v): true, and v joins the set, when v is one of our
+   objects (the self check of every method); false otherwise */
+int lbackoff_ffi_trust(lua_State *L) {
+  lbackoff_state *st = (lbackoff_state *)lua_touserdata(L, UV_STATE);
+  lbackoff_object *o = (lbackoff_object *)lua_touserdata(L, 1);
+  int ok = st->ffi && o != NULL && lua_rawlen(L, 1) == sizeof *o &&
+           o->owner == st;
+  if (ok) {
+    lua_getfield(L, LUA_REGISTRYINDEX, LBACKOFF_FFI);   /* set */
+    lua_pushvalue(L, 1);
+    lua_pushboolean(L, 1);
+    lua_rawset(L, -3);
+  }
+  lua_pushboolean(L, ok);
+  return 1;
 }
 
 /* _ffi_objects(): the first call per lua_State returns a new weak set

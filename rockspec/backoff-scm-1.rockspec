@@ -31,8 +31,12 @@ build = {
     ["backoff.ffi"] = "lua/backoff/ffi.lua",
     ["backoff.retry_after"] = "lua/backoff/retry_after.lua",
     ["backoff.core"] = {
-      sources = { "csrc/backoff.c", "csrc/lbackoff.c",
-                  "csrc/backoff_budget.c", "csrc/lbudget.c" },
+      -- the Makefile's CORE_SRC and BINDING_SRC
+      sources = { "csrc/backoff.c", "csrc/backoff_options.c",
+                  "csrc/backoff_budget.c", "csrc/lbackoff.c",
+                  "csrc/lbackoff_options.c", "csrc/lbackoff_env.c",
+                  "csrc/lbackoff_msg.c", "csrc/lbackoff_ffi.c",
+                  "csrc/lbudget.c" },
       incdirs = { "csrc" },
       libraries = { "m" },
     },

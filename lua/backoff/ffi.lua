@@ -34,6 +34,7 @@ return function(core, methods)
   if not ok or not step then return false end
 
   local objects, reasons = core._ffi_objects()
+  local trust = core._ffi_trust
   if not objects then return false end  -- handed out already (a 2nd load)
   local out = ffi.new("double[2]")
   local FAILURE, SUCCESS, NOW = 0, 1, 2
@@ -44,7 +45,8 @@ return function(core, methods)
     return function(self, ts, hint)
       if hint ~= nil then return c_method(self, ts, hint) end
       local r = -1
-      if objects[self] then
+      -- an object joins the set on its first fast call
+      if objects[self] or (objects[self] == nil and trust(self)) then
         if ts == nil then r = step(self, op + NOW, 0, out)
         elseif type(ts) == "number" then r = step(self, op, ts, out) end
       end
