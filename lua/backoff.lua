@@ -128,6 +128,11 @@ end
 -- weak key keeps it alive on 5.1 and LuaJIT).  Cached per template.
 local facts = setmetatable({}, { __mode = "k" })
 
+-- The last template seen with facts false: one array slot is cheaper to
+-- compare than a hash lookup (LuaJIT keeps it out of its loops).  Weak:
+-- it keeps nothing alive.
+local hot = setmetatable({}, { __mode = "v" })
+
 local function facts_of(b)
   local c = b:config()
   local f = false
@@ -317,9 +322,15 @@ end
 -- until it fails (see after_first), and its results are passed on.
 local function runner(method)
   return function(policy, fn, ropts)
-    local f = facts[policy]
-    if f == false and ropts == nil then       -- the common case
+    if hot[1] == policy and ropts == nil then     -- the common case
       return after_plain(policy, fn, yieldable_pcall(fn, 1))
+    end
+    local f = facts[policy]
+    if f == false then
+      hot[1] = policy
+      if ropts == nil then
+        return after_plain(policy, fn, yieldable_pcall(fn, 1))
+      end
     end
     local b
     if f == nil or type(fn) ~= "function" then

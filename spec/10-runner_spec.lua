@@ -286,6 +286,23 @@ describe("backoff.retry's happy path", function()
       assert.equal(1, got)
     end)
 
+  it("keeps each template's rules when calls alternate", function()
+    local w = world()
+    local plain = backoff.constant { delay = 0, clock = w.clock }
+    local timed = backoff.constant { delay = 0, clock = w.clock,
+      max_actual_duration = 4, adjust_timeout_factor = 0.5,
+      min_adjust_timeout = 0.1 }
+    for _ = 1, 3 do
+      for _, c in ipairs { { plain, nil }, { timed, 2 }, { plain, nil } } do
+        assert.same({ n = 2, "t", c[2] }, pack(c[1]:retry(function(_, t)
+          return "t", t
+        end)))
+        assert.same({ n = 2, "t", c[2] }, pack(backoff.retry(c[1],
+          function(_, t) return "t", t end)))
+      end
+    end
+  end)
+
   it("passes every result on, trailing nils included", function()
     local p = backoff.constant { delay = 0 }
     local r = pack(backoff.retry(p, function()
