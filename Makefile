@@ -254,6 +254,8 @@ bench: deps-test $(call MODULE,5.4) $(call MODULE,luajit) \
 	@$(call LUA_ENV,luajit) luajit bench/herd.lua --csv $(BUILD)/herd.csv \
 	  --svg $(BUILD)/herd.svg
 	@echo
+	@$(call LUA_ENV,5.4) lua5.4 bench/deadline.lua
+	@echo
 	@$(OUTAGE)
 
 # a full outage in virtual time (about 10 s of CPU): build/outage.csv, .svg

@@ -8,9 +8,11 @@
 
 local core = require "backoff.core"
 
-local coroutine, error, pcall, select, tostring, type =
-      coroutine, error, pcall, select, tostring, type
-local unpack = table.unpack or unpack  -- luacheck: ignore 143
+local coroutine, error, getmetatable, pairs, pcall, setmetatable,
+      tostring, type =
+      coroutine, error, getmetatable, pairs, pcall, setmetatable,
+      tostring, type
+local huge = math.huge
 
 local M = {
   _VERSION = core._VERSION,
@@ -31,76 +33,36 @@ local function is_backoff(v)
   return type(v) == "userdata" and getmetatable(v) == backoff_mt
 end
 
-local function pack(...)
-  return { n = select("#", ...), ... }
-end
+-- LuaJIT: b:failure() and b:success() through the FFI (lua/backoff/ffi.lua)
+require("backoff.ffi")(core, methods)
 
--- Under LuaJIT, b:failure() and b:success() go through the FFI to
--- lbackoff_ffi_step (see csrc/lbackoff.c): the JIT compiles that into a
--- direct call, where calling a Lua C function ends the trace.  Only
--- objects in the module's own weak set are passed; anything the step
--- does not handle (a bad argument, a Lua clock) runs the C method
--- itself, so results and errors are the same either way.  Set
--- BACKOFF_NO_FFI=1 to turn it off.
-local function ffi_fast_path()
-  if not rawget(_G, "jit") or os.getenv("BACKOFF_NO_FFI") then return end
-  local has_ffi, ffi = pcall(require, "ffi")
-  local path = has_ffi and package.searchpath
-               and package.searchpath("backoff.core", package.cpath)
-  if not path then return end
-  pcall(ffi.cdef, [[
-    int lbackoff_ffi_step(void *ud, int op, double ts, double *out);
-    const void *lbackoff_ffi_token(void);
-  ]])                           -- fails harmlessly when already declared
-  local ok, step = pcall(function()
-    local lib = ffi.load(path)
-    -- the library loaded must be the one require loaded, not a namesake
-    if lib.lbackoff_ffi_token() ~= ffi.cast("const void *", core._ffi_token)
-    then return nil end
-    return lib.lbackoff_ffi_step
-  end)
-  if not ok or not step then return end
-
-  local objects, reasons = core._ffi_objects()
-  local trust = core._ffi_trust
-  if not objects then return end    -- handed out already (a second load)
-  local out = ffi.new("double[2]")
-  local FAILURE, SUCCESS, NOW = 0, 1, 2
-
-  -- the method op (FAILURE or SUCCESS), falling back to c_method
-  local function method(op, c_method)
-    return function(self, ts, hint)
-      local r = -1
-      if hint ~= nil then return c_method(self, ts, hint) end
-      -- an object joins the set on its first fast call
-      if objects[self] or (objects[self] == nil and trust(self)) then
-        if ts == nil then r = step(self, op + NOW, 0, out)
-        elseif type(ts) == "number" then r = step(self, op, ts, out) end
-      end
-      if r == 0 then return out[0] end
-      if r == 1 then return out[0], out[1] end
-      if r > 1 then return nil, reasons[r] end
-      return c_method(self, ts)
-    end
-  end
-  methods.failure = method(FAILURE, methods.failure)
-  methods.success = method(SUCCESS, methods.success)
-end
-ffi_fast_path()
+local core_now, first_timeout, core_failure =
+      core._now, core._first_timeout, core._failure
 
 -- pcall that lets fn yield on PUC Lua 5.1 too, where pcall is a C
 -- function that cannot be yielded across: fn runs in a coroutine of
--- its own and its yields are passed on to our caller.
+-- its own and its yields are passed on to our caller.  Outside any
+-- coroutine there is no one to pass them to: the yield is then an
+-- error, as it is on the other Luas, and so a failure of fn.
 local yieldable_pcall = pcall
 if _VERSION == "Lua 5.1" and not rawget(_G, "jit") then
-  yieldable_pcall = function(f, ...)
-    local co = coroutine.create(f)
-    local r = pack(coroutine.resume(co, ...))
-    while true do
-      if not r[1] then return false, r[2] end
-      if coroutine.status(co) == "dead" then return unpack(r, 1, r.n) end
-      r = pack(coroutine.resume(co, coroutine.yield(unpack(r, 2, r.n))))
+  local create, resume, running, status, yield =
+        coroutine.create, coroutine.resume, coroutine.running,
+        coroutine.status, coroutine.yield
+  local function step(co, ok, ...)
+    if not ok then return false, (...) end
+    if status(co) == "dead" then return true, ... end
+    if running() == nil then
+      return false, "attempt to yield from outside a coroutine"
     end
+    return step(co, resume(co, yield(...)))
+  end
+  yieldable_pcall = function(f, ...)
+    local made, co = pcall(create, f)      -- a Lua function
+    if not made then                        -- a C function, a callable
+      co = create(function(...) return f(...) end)
+    end
+    return step(co, resume(co, ...))
   end
 end
 
@@ -111,93 +73,298 @@ local ngx_sleep_phases = {
   balancer = false,
 }
 
+-- The default sleep: ngx.sleep where it can yield, else backoff.sleep.
+-- ngx.sleep counts in milliseconds and ngx.sleep(0) only yields (and
+-- logs a warning without the delayed-events patch): a positive delay
+-- under 1 ms sleeps 1 ms, a zero delay sleeps not at all.
 local function default_sleep()
   local ngx = rawget(_G, "ngx")
   if type(ngx) == "table" and ngx.sleep and ngx.get_phase
      and ngx_sleep_phases[ngx.get_phase()] then
-    return ngx.sleep
+    local ngx_sleep = ngx.sleep
+    return function(d)
+      if d > 0 then return ngx_sleep(d < 0.001 and 0.001 or d) end
+    end
   end
   return core.sleep
 end
 
-local retry_options = { sleep = true, retry_on = true, on_retry = true }
+-- ropts keys and the type each must have
+local retry_options = {
+  sleep = "function", retry_on = "function", on_retry = "function",
+  retry_after = "function", budget = "budget", min_attempt_time = "number",
+  reference_delays = "boolean",
+}
 
+-- raises at level 3: the caller of backoff.retry (or of b:retry)
 local function check_ropts(ropts)
-  if ropts == nil then return {} end
   if type(ropts) ~= "table" then
     error("backoff.retry: argument 'ropts' must be a table (got "
           .. type(ropts) .. ")", 3)
   end
   for k, v in pairs(ropts) do
-    if not retry_options[k] then
+    local want, got = retry_options[k], type(v)
+    if not want then
       error("backoff.retry: unknown option '" .. tostring(k) .. "'", 3)
     end
-    if type(v) ~= "function" then
-      error("backoff.retry: option '" .. k .. "' must be a function (got "
-            .. type(v) .. ")", 3)
+    if want == "budget" then
+      if got ~= "table" and got ~= "userdata" then
+        error("backoff.retry: option 'budget' must be a budget (an object "
+              .. "with withdraw and deposit methods, got " .. got .. ")", 3)
+      end
+    elseif got ~= want then
+      error("backoff.retry: option '" .. k .. "' must be a " .. want
+            .. " (got " .. got .. ")", 3)
+    elseif want == "number" and not (v >= 0 and v < huge) then
+      error("backoff.retry: option '" .. k .. "' must be a finite number "
+            .. ">= 0 (got " .. tostring(v) .. ")", 3)
     end
   end
-  return ropts
 end
 
--- A fresh backoff object for one run: a clone of a template object, or
--- one built from an options table with a strategy field.
-local function policy_object(policy)
-  if is_backoff(policy) then return policy:clone() end
-  if type(policy) == "table" then
-    if type(policy.strategy) ~= "string" then
-      error("backoff.retry: policy table needs a 'strategy' field", 3)
-    end
-    return core.new(policy.strategy, policy)
+-- What the runner needs to know of a policy object, from its config:
+-- false when no time matters (no max_actual_duration), else a table of
+-- numbers and booleans (never the clock: a value that refers to its
+-- weak key keeps it alive on 5.1 and LuaJIT).  Cached per template.
+local facts = setmetatable({}, { __mode = "k" })
+
+-- The last template seen with facts false: one array slot is cheaper to
+-- compare than a hash lookup (LuaJIT keeps it out of its loops).  Weak:
+-- it keeps nothing alive.
+local hot = setmetatable({}, { __mode = "v" })
+
+local function facts_of(b)
+  local c = b:config()
+  local f = false
+  if c.max_actual_duration > 0 then
+    f = { duration = c.max_actual_duration, start = c.start,
+          timeouts = b:timeout() ~= nil,
+          min_adjust_timeout = c.min_adjust_timeout }
   end
-  error("backoff.retry: argument 'policy' must be a backoff object or "
-        .. "an options table (got " .. type(policy) .. ")", 3)
+  return f
 end
 
---- Run fn(attempt, timeout) until it succeeds or the policy gives up.
--- Success: a truthy first result; all results are returned.
--- Failure: nil/false (error as the second value) or a raised error.
--- Giving up: nil, last_error, reason ("max_attempts",
--- "max_actual_duration" or "retry_on").
-function M.retry(policy, fn, ropts)
-  local b = policy_object(policy)
-  if type(fn) ~= "function" then
-    error("backoff.retry: argument 'fn' must be a function (got "
-          .. type(fn) .. ")", 2)
-  end
-  ropts = check_ropts(ropts)
-  local sleep = ropts.sleep or default_sleep()
-  local retry_on, on_retry = ropts.retry_on, ropts.on_retry
-  local timeout = b:timeout()
-  local attempt = 0
-  while true do
-    attempt = attempt + 1
-    local r = pack(yieldable_pcall(fn, attempt, timeout))
-    if r[1] and r[2] then
-      b:success()
-      return unpack(r, 2, r.n)
-    end
-    -- raised: r[2] is the error; returned nil/false: r[3] is
-    local err
-    if r[1] then err = r[3] else err = r[2] end
+-- a budget's cost per retry: its cost() method or cost field, if any
+local function cost_of(bud)
+  local c = bud.cost
+  if type(c) == "function" then return c(bud) end
+  if type(c) == "number" then return c end
+  return nil
+end
+
+-- After the first failure, one run's state lives in a table st:
+--   b: the run's object; fn, ropts; attempt: the attempt just made;
+--   timeout: the one it was given; deadline (or nil), min_attempt;
+--   sleep, bud, cost: the sleep and the budget (or nil) and its cost.
+local after_retry
+
+-- Record st's failure err and make the next attempt, or give up.
+local function next_attempt(st, err)
+  local ropts, attempt, b, bud = st.ropts, st.attempt, st.b, st.bud
+  if ropts ~= nil then
+    local retry_on = ropts.retry_on
     if retry_on and not retry_on(err, attempt) then
       return nil, err, "retry_on"
     end
-    local delay, t = b:failure()
-    if delay == nil then return nil, err, t end
-    if t ~= nil then timeout = t end
-    if on_retry then on_retry(err, delay, attempt) end
-    sleep(delay)
+  end
+  local hint = st.retry_after and st.retry_after(err, attempt) or nil
+  if hint ~= nil and not (type(hint) == "number" and hint >= 0
+                          and hint < huge) then
+    error("backoff.retry: ropts.retry_after must return nil or a finite "
+          .. "number >= 0 (got " .. (type(hint) == "number"
+          and tostring(hint) or type(hint)) .. ")", 0)
+  end
+  local now = core_now(b)
+  local delay, t, own = core_failure(b, now, hint)
+  if delay == nil then return nil, err, t end
+  if own > delay and not st.reference then delay = own end
+  local deadline, min_attempt = st.deadline, st.min_attempt
+  if deadline then
+    local left = deadline - now - delay
+    if left <= 0 or left < min_attempt then
+      return nil, err, "max_actual_duration"
+    end
+  end
+  local cost = st.cost
+  if bud then
+    local ok
+    if cost then ok = bud:withdraw(cost) else ok = bud:withdraw() end
+    if not ok then return nil, err, "budget" end
+  end
+  if st.on_retry then st.on_retry(err, delay, attempt) end
+  st.sleep(delay)
+  local timeout = st.timeout
+  if t ~= nil then timeout = t end
+  if deadline then                  -- sleeps overshoot: look again
+    local left = deadline - core_now(b)
+    if left <= 0 or left < min_attempt then
+      if bud then                     -- the retry paid for is not made
+        if cost then bud:deposit(cost) else bud:deposit() end
+      end
+      return nil, err, "max_actual_duration"
+    end
+    if timeout ~= nil and timeout > left then timeout = left end
+  end
+  attempt = attempt + 1
+  st.attempt, st.timeout = attempt, timeout
+  return after_retry(st, yieldable_pcall(st.fn, attempt, timeout))
+end
+
+-- the results of a retry: passed on, or the next attempt
+after_retry = function(st, ok, r1, ...)
+  if ok and r1 then
+    local bud = st.bud
+    if bud then
+      local cost = st.cost
+      if cost then bud:deposit(cost) else bud:deposit() end
+    end
+    return r1, ...
+  end
+  local err = r1
+  if ok then err = ... end
+  return next_attempt(st, err)
+end
+
+-- The first attempt failed with err: set up the run's state.  b is the
+-- run's own object, or nil: then the template policy is cloned here,
+-- started at t0 (the time of the first attempt).  f: facts_of(policy).
+local function first_failure(policy, b, f, t0, fn, ropts, timeout, err)
+  if b == nil then b = policy:clone(t0) end
+  local st = { b = b, fn = fn, ropts = ropts, attempt = 1,
+               timeout = timeout, min_attempt = 0 }
+  local mat
+  if ropts ~= nil then
+    st.on_retry, st.retry_after = ropts.on_retry, ropts.retry_after
+    st.reference, mat = ropts.reference_delays, ropts.min_attempt_time
+    local bud = ropts.budget
+    if bud ~= nil then st.bud, st.cost = bud, cost_of(bud) end
+    st.sleep = ropts.sleep
+  end
+  if not st.sleep then st.sleep = default_sleep() end
+  if f then
+    st.deadline = (f.start or t0) + f.duration
+    if mat == nil and f.timeouts then mat = f.min_adjust_timeout end
+    st.min_attempt = mat or 0
+  end
+  return next_attempt(st, err)
+end
+
+-- the results of the first attempt: passed on, or the retries
+local function after_first(policy, b, f, t0, fn, ropts, timeout, ok, r1, ...)
+  if ok and r1 then
+    if ropts ~= nil then
+      local bud = ropts.budget
+      if bud ~= nil then bud:deposit() end
+    end
+    return r1, ...
+  end
+  local err = r1
+  if ok then err = ... end
+  return first_failure(policy, b, f, t0, fn, ropts, timeout, err)
+end
+
+-- fn may be a function or a callable object
+local function callable(v)
+  if type(v) == "function" then return true end
+  local mt = getmetatable(v)
+  return type(mt) == "table" and mt.__call ~= nil
+end
+
+local function fn_error(fn, level)
+  error("backoff.retry: argument 'fn' must be a function (got "
+        .. type(fn) .. ")", level + 1)
+end
+
+-- levels the runner's frames lost to tail calls add on PUC 5.1
+local TAIL = (_VERSION == "Lua 5.1" and not rawget(_G, "jit")) and 1 or 0
+
+-- The fast path's results: a policy object without a deadline and no
+-- ropts.  fn is checked only here, when the attempt failed (a value
+-- that cannot be called fails); after_plain replaced the runner's frame
+-- by a tail call, so level 2 is the runner's caller.
+local function after_plain(policy, fn, ok, r1, ...)
+  if ok and r1 then return r1, ... end
+  if not ok and not callable(fn) then fn_error(fn, 2 + TAIL) end
+  local err = r1
+  if ok then err = ... end
+  return first_failure(policy, nil, false, nil, fn, nil, nil, err)
+end
+
+-- Everything about the arguments that the fast path does not settle:
+-- raises at level 3 (the caller of the runner), else returns the facts
+-- of the policy and, for an options table, the run's object built now.
+local function setup(method, policy, fn)
+  local obj = is_backoff(policy)
+  if method and not obj then
+    error("bad argument #1 to 'retry' (backoff.Backoff expected, got "
+          .. type(policy) .. ")", 3)
+  end
+  if not callable(fn) then fn_error(fn, 3) end
+  if obj then
+    local f = facts_of(policy)
+    facts[policy] = f
+    return f
+  end
+  if type(policy) ~= "table" then
+    error("backoff.retry: argument 'policy' must be a backoff object or "
+          .. "an options table (got " .. type(policy) .. ")", 3)
+  end
+  if type(policy.strategy) ~= "string" then
+    error("backoff.retry: policy table needs a 'strategy' field", 3)
+  end
+  local ok, b = pcall(core.new, policy.strategy, policy)
+  if not ok then error(b, 3) end
+  return facts_of(b), b
+end
+
+-- backoff.retry (method = false) and b:retry (method = true).  The
+-- first attempt is made at once: nothing is built for a policy object
+-- until it fails (see after_first), and its results are passed on.
+local function runner(method)
+  return function(policy, fn, ropts)
+    if hot[1] == policy and ropts == nil then     -- the common case
+      return after_plain(policy, fn, yieldable_pcall(fn, 1))
+    end
+    local f = facts[policy]
+    if f == false then
+      hot[1] = policy
+      if ropts == nil then
+        return after_plain(policy, fn, yieldable_pcall(fn, 1))
+      end
+    end
+    local b
+    if f == nil or type(fn) ~= "function" then
+      f, b = setup(method, policy, fn)
+    end
+    if ropts ~= nil then check_ropts(ropts) end
+    if not f then                     -- no deadline: no clock read
+      return after_first(policy, b, f, nil, fn, ropts, nil,
+                         yieldable_pcall(fn, 1))
+    end
+    local timeout
+    local now = core_now(b or policy)
+    local t0 = now                    -- the run's start
+    if b then
+      t0 = now - b:elapsed(now)
+      timeout = b:timeout()
+    elseif f.timeouts then
+      timeout = first_timeout(policy)
+    end
+    local left = (f.start or t0) + f.duration - now
+    if left <= 0 then return nil, nil, "max_actual_duration" end
+    if timeout ~= nil and timeout > left then timeout = left end
+    return after_first(policy, b, f, t0, fn, ropts, timeout,
+                       yieldable_pcall(fn, 1, timeout))
   end
 end
 
-function methods.retry(self, fn, ropts)
-  if not is_backoff(self) then
-    error("bad argument #1 to 'retry' (backoff.Backoff expected, got "
-          .. type(self) .. ")", 2)
-  end
-  return M.retry(self, fn, ropts)
-end
+--- Run fn(attempt, timeout) until it succeeds or gives up.
+-- Success: a truthy first result; all results are returned.
+-- Failure: nil/false (error as the second value) or a raised error.
+-- Giving up: nil, last_error, reason ("max_attempts",
+-- "max_actual_duration", "retry_after", "retry_on" or "budget").
+M.retry = runner(false)
+methods.retry = runner(true)
 
 -- fleet safety (API.md section 9): retry budgets, in-process or shared
 -- by nginx workers, and the balancer_by_lua helper

@@ -28,6 +28,7 @@ build = {
   modules = {
     backoff = "lua/backoff.lua",
     ["backoff.cli"] = "lua/backoff/cli.lua",
+    ["backoff.ffi"] = "lua/backoff/ffi.lua",
     ["backoff.retry_after"] = "lua/backoff/retry_after.lua",
     ["backoff.budget"] = "lua/backoff/budget.lua",
     ["backoff.balancer"] = "lua/backoff/balancer.lua",
