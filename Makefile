@@ -209,6 +209,13 @@ bench: deps-test $(call MODULE,5.4) $(call MODULE,luajit) \
 	@$(call LUA_ENV,luajit) luajit bench/herd.lua --csv $(BUILD)/herd.csv \
 	  --svg $(BUILD)/herd.svg
 
+# worker CPU per request of a backoff.retry handler / a pcall handler in
+# a real nginx (1 worker, wrk, 127.0.0.1): `make bench-nginx`
+.PHONY: bench-nginx
+bench-nginx: deps-test $(call MODULE,luajit)
+	@sh .ci/deps wrk
+	@timeout 300 lua5.4 bench/nginx.lua $(CURDIR)
+
 # the herd again, by bench/herd_reference.py: the blog's model written
 # independently in Python, compared figure by figure with the CSV above
 herd-reference:
