@@ -113,46 +113,58 @@ local function run(port, worker, path, seconds)
   return requests, rps, after - before
 end
 
+local function median(list)
+  local t = {}
+  for i, x in ipairs(list) do t[i] = x end
+  table.sort(t)
+  local m = (#t + 1) / 2
+  return (t[math.floor(m)] + t[math.ceil(m)]) / 2
+end
+
 local function bench(port, worker)
   print(("nginx 1 worker (pid %d), wrk -t1 -c%d, %d s per run, %d "
     .. "rounds, CPU from /proc (%d ticks/s)"):format(worker, CONNECTIONS,
     DURATION, ROUNDS, TICK))
+  print("load average before: " .. read_file("/proc/loadavg"):gsub("\n", ""))
   -- warm up (JIT traces, connection pools) before measuring
   run(port, worker, "/retry", 1)
   run(port, worker, "/pcall", 1)
-  local total = { ["/retry"] = { n = 0, cpu = 0, rps = {} },
-                  ["/pcall"] = { n = 0, cpu = 0, rps = {} } }
+  local cpu_ratios, rps_ratios = {}, {}
+  local pooled = { ["/retry"] = { n = 0, cpu = 0 },
+                   ["/pcall"] = { n = 0, cpu = 0 } }
   print(("%-6s %-7s %10s %10s %12s"):format("round", "handler",
     "requests", "req/s", "CPU us/req"))
   for round = 1, ROUNDS do
+    -- alternate which handler goes first
     local order = round % 2 == 1 and { "/retry", "/pcall" }
                                   or { "/pcall", "/retry" }
+    local this = {}
     for _, path in ipairs(order) do
       local n, rps, cpu = run(port, worker, path, DURATION)
-      local t = total[path]
-      t.n, t.cpu = t.n + n, t.cpu + cpu
-      t.rps[#t.rps + 1] = rps
+      this[path] = { cpu = cpu / n, rps = rps }
+      pooled[path].n = pooled[path].n + n
+      pooled[path].cpu = pooled[path].cpu + cpu
       print(("%-6d %-7s %10d %10.0f %12.2f"):format(round, path, n, rps,
         cpu / n * 1e6))
     end
+    cpu_ratios[round] = this["/retry"].cpu / this["/pcall"].cpu
+    rps_ratios[round] = this["/retry"].rps / this["/pcall"].rps
   end
-  local function per_request(t) return t.cpu / t.n end
-  local function mean(list)
-    local s = 0
-    for _, x in ipairs(list) do s = s + x end
-    return s / #list
+  local r = pooled["/retry"].cpu / pooled["/retry"].n
+  local p = pooled["/pcall"].cpu / pooled["/pcall"].n
+  local function list(t)
+    local out = {}
+    for i, x in ipairs(t) do out[i] = ("%.3f"):format(x) end
+    return table.concat(out, " ")
   end
-  local r, p = total["/retry"], total["/pcall"]
-  print(("all    /retry  %10d %10.0f %12.2f"):format(r.n, mean(r.rps),
-    per_request(r) * 1e6))
-  print(("all    /pcall  %10d %10.0f %12.2f"):format(p.n, mean(p.rps),
-    per_request(p) * 1e6))
-  local ratio = per_request(r) / per_request(p)
-  print(("worker CPU per request, retry / pcall: %.3f (%+.2f us per "
-    .. "request; target <= 1.05)"):format(ratio,
-    (per_request(r) - per_request(p)) * 1e6))
-  print(("requests/s, retry / pcall: %.3f"):format(mean(r.rps)
-    / mean(p.rps)))
+  print(("worker CPU per request: /retry %.2f us, /pcall %.2f us "
+    .. "(all rounds), %+.2f us per request"):format(r * 1e6, p * 1e6,
+    (r - p) * 1e6))
+  print(("worker CPU per request, retry / pcall: %.3f (median of the "
+    .. "rounds: %s; target <= 1.05)"):format(median(cpu_ratios),
+    list(cpu_ratios)))
+  print(("requests/s, retry / pcall: %.3f (median of the rounds: %s)")
+    :format(median(rps_ratios), list(rps_ratios)))
 end
 
 local ok, err = pcall(function()

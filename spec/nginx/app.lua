@@ -146,18 +146,18 @@ local function fetch_within(path, timeout)
 end
 
 -- issue 11: retry a failing upstream under a 1 s deadline; report the
--- whole run's duration from the start of attempt 1 to the return, each
--- attempt's start (relative to attempt 1) and the timeout it was given
+-- whole run's duration from the call of backoff.retry to its return (on
+-- backoff's own clock; the runner starts its clock at attempt 1, a few
+-- microseconds later), each attempt's start relative to that call and
+-- the timeout it was given
 function app.deadline()
   local path = "/up/" .. ngx.var.arg_up
   local now = backoff.now
-  local t0
   local starts, timeouts = {}, {}
+  local t0 = now()
   local res, err, reason = backoff.retry(policies.deadline,
     function(_, timeout)
-      local t = now()
-      t0 = t0 or t
-      starts[#starts + 1] = ("%.6f"):format(t - t0)
+      starts[#starts + 1] = ("%.6f"):format(now() - t0)
       timeouts[#timeouts + 1] = ("%.6f"):format(timeout or -1)
       return fetch_within(path, timeout or 5)
     end)
