@@ -244,21 +244,29 @@ local function load(port, path, total, concurrency, limit)
       return false
     end
   end
+  local function finish(err)
+    for c in pairs(active) do c:close() end
+    return bodies, pings, err
+  end
   while #bodies < total do
     local t = now()
     if t > t_end then
-      return bodies, pings, ("load not done after %d s: %d of %d answered")
-        :format(limit, #bodies, total)
+      return finish(("load not done after %d s: %d of %d answered")
+        :format(limit, #bodies, total))
     end
     while started < total and n_active < concurrency do
       local c, err = open(path)
-      if not c then return bodies, pings, "connect: " .. tostring(err) end
+      if not c then return finish("connect: " .. tostring(err)) end
       active[c] = { parts = {}, at = now() }
       n_active, started = n_active + 1, started + 1
     end
     if not ping and t >= next_ping then
       ping = open("/ping")
-      if ping then active[ping] = { parts = {}, at = now(), ping = true } end
+      if ping then
+        active[ping] = { parts = {}, at = t, ping = true }
+      else
+        pings[#pings + 1] = math.huge   -- could not even connect
+      end
       next_ping = t + 0.02
     end
     local set = {}
@@ -281,12 +289,11 @@ local function load(port, path, total, concurrency, limit)
     end
     for _, st in pairs(active) do
       if now() - st.at > 10 then
-        return bodies, pings, "no answer after 10 s"
+        return finish("no answer after 10 s")
       end
     end
   end
-  for c in pairs(active) do c:close() end
-  return bodies, pings
+  return finish(nil)
 end
 
 local function quantile(sorted, q)
@@ -296,8 +303,8 @@ end
 
 local function deadline_figures(bodies)
   local f = { n = #bodies, reasons = {}, over = {}, attempts = 0,
-    max_attempts = 0, late = 0, past_ms = 0, timeout_past = -math.huge,
-    bad = {} }
+    min_attempts = math.huge, max_attempts = 0, late = 0, past = 0,
+    timeout_past = -math.huge, bad = {} }
   for _, body in ipairs(bodies) do
     local r = fields(body)
     local total = tonumber(r.total)
@@ -307,9 +314,10 @@ local function deadline_figures(bodies)
     else
       f.reasons[r.reason] = (f.reasons[r.reason] or 0) + 1
       f.over[#f.over + 1] = total - MAX_DURATION
-      if total > MAX_DURATION then f.past_ms = f.past_ms + 1 end
+      if total > MAX_DURATION then f.past = f.past + 1 end
       f.attempts = f.attempts + #starts
       f.max_attempts = math.max(f.max_attempts, #starts)
+      f.min_attempts = math.min(f.min_attempts, #starts)
       for i, s in ipairs(starts) do
         if s >= 0.9 * MAX_DURATION then f.late = f.late + 1 end
         f.timeout_past = math.max(f.timeout_past,
@@ -350,11 +358,13 @@ local function deadline_checks(port)
     local figures = ("%d requests; past the deadline: %d; by p50 %.1f ms, "
       .. "p99 %.1f ms, p100 %.1f ms; attempts/request %.2f (max %d); in "
       .. "the last 10%% of the budget %.2f/request; a timeout reaching "
-      .. "past the deadline by up to %.1f ms"):format(nreq, f.past_ms,
+      .. "past the deadline by up to %.1f ms"):format(nreq, f.past,
       quantile(f.over, 0.5) * 1e3, quantile(f.over, 0.99) * 1e3,
       p100 * 1e3, f.attempts / nreq, f.max_attempts, f.late / nreq,
       f.timeout_past * 1e3)
     print("# " .. kind .. ": " .. figures)
+    check(f.min_attempts >= 2, kind .. ": every request retried (at "
+      .. "least 2 attempts)", "fewest attempts: " .. f.min_attempts)
     check(p100 <= 0.010, kind .. ": no retry ran more than 10 ms past its "
       .. "1 s deadline (p100)", figures)
     check(f.timeout_past <= 0.001, kind .. ": no attempt's timeout reached "
