@@ -261,9 +261,10 @@ local function load(port, path, total, concurrency, limit)
       n_active, started = n_active + 1, started + 1
     end
     if not ping and t >= next_ping then
+      local at = now()
       ping = open("/ping")
       if ping then
-        active[ping] = { parts = {}, at = t, ping = true }
+        active[ping] = { parts = {}, at = at, ping = true }
       else
         pings[#pings + 1] = math.huge   -- could not even connect
       end
