@@ -4,7 +4,8 @@
 #   make test          build for 5.1 5.2 5.3 5.4 and LuaJIT, run every test
 #   make               build the module for LUA_VERSION (default 5.4)
 #   make LUA_VERSION=luajit    (or 5.1, 5.2, 5.3)
-#   make bench         call costs (5.4, LuaJIT) and the thundering herd
+#   make bench         call costs (5.4, LuaJIT), the herd and the outage
+#   make outage        retry storms: a full outage, with and without budget
 #   make herd-reference  the herd re-run by an independent model (Python)
 #   make fuzz          libFuzzer on the core (FUZZ_TIME=60 seconds)
 #
@@ -23,8 +24,12 @@ WARN    := -std=c99 -pedantic -Wall -Wextra -Wshadow -Wundef -Wcast-qual \
            -Wmissing-prototypes -Wmissing-declarations -Wredundant-decls \
            -Wdouble-promotion -Wdeclaration-after-statement
 BUILD   := build
-CORE    := csrc/backoff.c csrc/backoff.h
-BINDING := csrc/lbackoff.c
+# the core (no Lua) and the binding; the retry budget is part of both
+CORE_SRC    := csrc/backoff.c csrc/backoff_options.c csrc/backoff_budget.c
+BINDING_SRC := csrc/lbackoff.c csrc/lbackoff_options.c csrc/lbackoff_env.c \
+               csrc/lbackoff_msg.c csrc/lbackoff_ffi.c csrc/lbudget.c
+CORE    := $(CORE_SRC) csrc/backoff.h csrc/backoff_budget.h
+BINDING := $(BINDING_SRC) csrc/lbackoff.h csrc/lbudget.h
 
 # interpreter and headers of one version
 lua_bin = $(if $(filter luajit,$1),luajit,lua$1)
@@ -40,6 +45,7 @@ MODULE = $(BUILD)/$(1)/backoff/core.so
 # run Lua code against the build of version $(1)
 LUA_ENV = LUA_PATH='./lua/?.lua;;' LUA_CPATH='./$(BUILD)/$(1)/?.so;;'
 
+.PHONY: ctest-budget nginx-fleet
 .PHONY: all demo test ctest lint clean deps-demo deps-test print rock-test core-alone \
         asan-busted valgrind allocfail forged fuzz threads bench herd-reference
 
@@ -48,13 +54,13 @@ all: deps-demo $(call MODULE,$(LUA_VERSION))
 $(BUILD)/%/backoff/core.so: $(CORE) $(BINDING)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(WARN) -fPIC -fvisibility=hidden -I$(call lua_inc,$*) \
-	  -Icsrc -o $@ csrc/backoff.c $(BINDING) $(LIBFLAG) -lm
+	  -Icsrc -o $@ $(CORE_SRC) $(BINDING_SRC) $(LIBFLAG) -lm
 
 # the module with ASan + UBSan (float-cast-overflow on), for PUC Lua
 $(BUILD)/asan-%/backoff/core.so: $(CORE) $(BINDING)
 	@mkdir -p $(@D)
 	$(CC) -O1 -g $(WARN) -Werror $(SANITIZE) -fPIC -I$(call lua_inc,$*) \
-	  -Icsrc -o $@ csrc/backoff.c $(BINDING) -shared -lm
+	  -Icsrc -o $@ $(CORE_SRC) $(BINDING_SRC) -shared -lm
 
 deps-demo:
 	@sh .ci/deps $(DEMO_PKGS)
@@ -80,6 +86,7 @@ test: deps-test $(foreach v,$(LUA_VERSIONS),$(call MODULE,$(v)))
 	@rm -rf $(TAP_DIR)
 	@$(SUITE) core-without-lua $(MAKE) -s core-alone
 	@$(SUITE) c-core $(MAKE) -s ctest
+	@$(SUITE) c-budget $(MAKE) -s ctest-budget
 	@for v in $(LUA_VERSIONS); do \
 	  case $$v in luajit) lua=luajit ;; *) lua=lua$$v ;; esac; \
 	  $(SUITE) busted-$$v $$lua /usr/bin/busted \
@@ -103,17 +110,28 @@ test: deps-test $(foreach v,$(LUA_VERSIONS),$(call MODULE,$(v)))
 # the core must build with no Lua include path at all
 core-alone:
 	@mkdir -p $(BUILD)
-	@$(CC) $(WARN) -Werror -c csrc/backoff.c -o $(BUILD)/backoff-alone.o \
-	  && echo "ok - csrc/backoff.c builds with -std=c99 -pedantic -Werror and no Lua headers"
+	@for f in $(CORE_SRC); do \
+	  $(CC) $(WARN) -Werror -c $$f -o $(BUILD)/alone.o || exit 1; \
+	  echo "ok - $$f builds with -std=c99 -pedantic -Werror and no Lua headers"; \
+	done
 
 # C tests of the core (cmocka, TAP output) under ASan and UBSan
 $(BUILD)/test_backoff: spec/c/test_backoff.c $(CORE)
 	@mkdir -p $(@D)
 	$(CC) -O1 -g $(WARN) -Werror $(SANITIZE) -Icsrc -o $@ \
-	  spec/c/test_backoff.c csrc/backoff.c -lcmocka -lm
+	  spec/c/test_backoff.c $(CORE_SRC) -lcmocka -lm
 
 ctest: $(BUILD)/test_backoff
 	@CMOCKA_MESSAGE_OUTPUT=TAP $(BUILD)/test_backoff
+
+# C tests of the budget core (cmocka, TAP) under ASan and UBSan
+$(BUILD)/test_budget: spec/c/test_budget.c csrc/backoff_budget.c csrc/backoff_budget.h
+	@mkdir -p $(@D)
+	$(CC) -O1 -g $(WARN) -Werror $(SANITIZE) -Icsrc -o $@ \
+	  spec/c/test_budget.c csrc/backoff_budget.c -lcmocka
+
+ctest-budget: $(BUILD)/test_budget
+	@CMOCKA_MESSAGE_OUTPUT=TAP $(BUILD)/test_budget
 
 # the other build path: `luarocks make` into a private tree, then the
 # specs against the installed rock only (run from a copy with no lua/,
@@ -157,7 +175,7 @@ LUA_HOSTS := $(BUILD)/allocfail $(BUILD)/forged
 $(LUA_HOSTS): $(BUILD)/%: spec/c/%.c $(CORE) $(BINDING)
 	@mkdir -p $(@D)
 	$(CC) -O1 -g $(WARN) -Werror $(SANITIZE) -I$(call lua_inc,5.4) -Icsrc \
-	  -o $@ $< csrc/backoff.c $(BINDING) -llua5.4 -lm
+	  -o $@ $< $(CORE_SRC) $(BINDING_SRC) -llua5.4 -lm
 
 # every allocation of the smoke script failed in turn
 allocfail: $(BUILD)/allocfail
@@ -174,7 +192,7 @@ $(BUILD)/fuzz_backoff: spec/fuzz/fuzz_backoff.c $(CORE)
 	@mkdir -p $(@D)
 	clang -O1 -g -std=c99 -fsanitize=fuzzer,address,undefined \
 	  -fno-sanitize-recover=all -Icsrc -o $@ spec/fuzz/fuzz_backoff.c \
-	  csrc/backoff.c -lm
+	  $(CORE_SRC) -lm
 
 fuzz: $(BUILD)/fuzz_backoff
 	@mkdir -p $(BUILD)/fuzz-corpus
@@ -189,7 +207,7 @@ fuzz: $(BUILD)/fuzz_backoff
 $(BUILD)/threads: spec/c/threads.c $(CORE)
 	@mkdir -p $(@D)
 	$(CC) -O1 -g $(WARN) -Werror -fsanitize=thread -pthread -Icsrc -o $@ \
-	  spec/c/threads.c csrc/backoff.c -lm
+	  spec/c/threads.c $(CORE_SRC) -lm
 
 threads: $(BUILD)/threads
 	@TSAN_OPTIONS=halt_on_error=1 $(BUILD)/threads
@@ -208,6 +226,15 @@ bench: deps-test $(call MODULE,5.4) $(call MODULE,luajit) \
 	@echo
 	@$(call LUA_ENV,luajit) luajit bench/herd.lua --csv $(BUILD)/herd.csv \
 	  --svg $(BUILD)/herd.svg
+	@echo
+	@$(OUTAGE)
+
+# a full outage in virtual time (about 10 s of CPU): build/outage.csv, .svg
+OUTAGE = $(call LUA_ENV,luajit) luajit bench/outage.lua \
+	  --csv $(BUILD)/outage.csv --svg $(BUILD)/outage.svg
+.PHONY: outage
+outage: deps-test $(call MODULE,luajit)
+	@$(OUTAGE)
 
 # worker CPU per request of a backoff.retry handler / a pcall handler in
 # a real nginx (1 worker, wrk, 127.0.0.1): `make bench-nginx`

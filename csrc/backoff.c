@@ -116,6 +116,7 @@ BACKOFF_API const char *backoff_give_up_name(int g) {
   switch (g) {
     case BACKOFF_MAX_ATTEMPTS: return "max_attempts";
     case BACKOFF_MAX_DURATION: return "max_actual_duration";
+    case BACKOFF_RETRY_AFTER: return "retry_after";
     default: return NULL;
   }
 }
@@ -123,7 +124,7 @@ BACKOFF_API const char *backoff_give_up_name(int g) {
 BACKOFF_API const char *backoff_strerror(int status) {
   switch (status) {
     case BACKOFF_OK: return "ok";
-    case BACKOFF_EINVAL: return "invalid configuration";
+    case BACKOFF_EINVAL: return "invalid configuration or hint";
     case BACKOFF_ETIME: return "timestamp is not a finite number";
     default: return "unknown status";
   }
@@ -141,9 +142,8 @@ BACKOFF_API int backoff_config_init(backoff_config *c, int s) {
   d.consider_actual_delay = 0;
   d.timeouts = 0;
   d.has_max_delay = 0;
-  d.initial = 0;
-  d.on_failure = 0;
-  d.on_success = 0;
+  d.has_max_hint = 0;
+  memset(&d.p, 0, sizeof d.p);
   d.min_delay = 0;
   d.max_delay = 0;
   d.jitter_factor = 0;
@@ -152,13 +152,14 @@ BACKOFF_API int backoff_config_init(backoff_config *c, int s) {
   d.adjust_timeout_factor = 0.5;
   d.min_adjust_timeout = 5;
   d.timeout_jitter_factor = 0;
+  d.max_hint = 0;
   switch (s) {
-    case BACKOFF_EXPONENTIAL: d.on_failure = 2; break;
-    case BACKOFF_DECORRELATED: d.on_failure = 3; break;
+    case BACKOFF_EXPONENTIAL: d.p.exponential.exponent_base = 2; break;
+    case BACKOFF_DECORRELATED: d.p.decorrelated.multiplier = 3; break;
     case BACKOFF_RETRY_TIMEOUTS:
       /* Algorithm::Backoff::RetryTimeouts' defaults */
-      d.initial = sqrt(2.0);
-      d.on_failure = sqrt(2.0);
+      d.p.exponential.initial_delay = sqrt(2.0);
+      d.p.exponential.exponent_base = sqrt(2.0);
       d.consider_actual_delay = 1;
       d.max_attempts = 8;
       d.max_actual_duration = 50;
@@ -173,82 +174,11 @@ BACKOFF_API int backoff_config_init(backoff_config *c, int s) {
   return BACKOFF_OK;
 }
 
-/* the value ranges: each field is one of these kinds */
-enum { R_ANY, R_NONNEG, R_UNIT, R_GE1 };
-
-static int field_range(int s, int f) {
-  switch (f) {
-    case BACKOFF_F_ON_FAILURE:
-      switch (s) {
-        case BACKOFF_LINEAR: case BACKOFF_LILD: case BACKOFF_LIMD:
-        case BACKOFF_CONSTANT:
-          return R_ANY;
-        case BACKOFF_DECORRELATED: return R_GE1;
-        default: return R_NONNEG;
-      }
-    case BACKOFF_F_ON_SUCCESS:
-      return (s == BACKOFF_LILD || s == BACKOFF_MILD) ? R_ANY : R_NONNEG;
-    case BACKOFF_F_JITTER_FACTOR:
-    case BACKOFF_F_ADJUST_TIMEOUT_FACTOR:
-    case BACKOFF_F_TIMEOUT_JITTER_FACTOR:
-      return R_UNIT;
-    default:
-      return R_NONNEG;
-  }
-}
-
-BACKOFF_API const char *backoff_field_rule(int s, int f) {
-  if (f == BACKOFF_F_STRATEGY) return "a known strategy";
-  if (f == BACKOFF_F_JITTER)
-    return s == BACKOFF_DECORRELATED
-             ? "'none' (decorrelated is random)"
-             : "'none', 'proportional', 'full' or 'equal'";
-  switch (field_range(s, f)) {
-    case R_ANY: return "a finite number";
-    case R_UNIT: return "a number in [0, 1]";
-    case R_GE1: return "a finite number >= 1";
-    default: return "a finite number >= 0";
-  }
-}
-
-static int value_ok(int range, double v) {
-  if (!is_finite(v)) return 0;
-  switch (range) {
-    case R_NONNEG: return v >= 0;
-    case R_UNIT: return v >= 0 && v <= 1;
-    case R_GE1: return v >= 1;
-    default: return 1;
-  }
-}
-
-BACKOFF_API int backoff_config_check(const backoff_config *c, int *bad_field) {
-  int s = c->strategy, f = BACKOFF_F_NONE;
-  if (s >= BACKOFF_NSTRATEGIES) f = BACKOFF_F_STRATEGY;
-  else if (c->jitter >= BACKOFF_NJITTERS ||
-           (s == BACKOFF_DECORRELATED && c->jitter != BACKOFF_JITTER_NONE))
-    f = BACKOFF_F_JITTER;
-  else if (!value_ok(field_range(s, BACKOFF_F_INITIAL), c->initial))
-    f = BACKOFF_F_INITIAL;
-  else if (!value_ok(field_range(s, BACKOFF_F_ON_FAILURE), c->on_failure))
-    f = BACKOFF_F_ON_FAILURE;
-  else if (!value_ok(field_range(s, BACKOFF_F_ON_SUCCESS), c->on_success))
-    f = BACKOFF_F_ON_SUCCESS;
-  else if (!value_ok(R_NONNEG, c->min_delay)) f = BACKOFF_F_MIN_DELAY;
-  else if (c->has_max_delay ? !value_ok(R_NONNEG, c->max_delay)
-                             : s == BACKOFF_DECORRELATED)
-    f = BACKOFF_F_MAX_DELAY;  /* decorrelated needs its cap */
-  else if (!value_ok(R_UNIT, c->jitter_factor))
-    f = BACKOFF_F_JITTER_FACTOR;
-  else if (!value_ok(R_NONNEG, c->max_actual_duration))
-    f = BACKOFF_F_MAX_DURATION;
-  else if (!value_ok(R_UNIT, c->adjust_timeout_factor))
-    f = BACKOFF_F_ADJUST_TIMEOUT_FACTOR;
-  else if (!value_ok(R_NONNEG, c->min_adjust_timeout))
-    f = BACKOFF_F_MIN_ADJUST_TIMEOUT;
-  else if (!value_ok(R_UNIT, c->timeout_jitter_factor))
-    f = BACKOFF_F_TIMEOUT_JITTER_FACTOR;
-  if (bad_field) *bad_field = f;
-  return f == BACKOFF_F_NONE ? BACKOFF_OK : BACKOFF_EINVAL;
+BACKOFF_API int backoff_config_draws(const backoff_config *c) {
+  return c->strategy == BACKOFF_DECORRELATED ||
+         (c->jitter != BACKOFF_JITTER_NONE &&
+          (c->jitter != BACKOFF_JITTER_PROPORTIONAL || c->jitter_factor > 0)) ||
+         (backoff_config_timeouts_active(c) && c->timeout_jitter_factor > 0);
 }
 
 BACKOFF_API int backoff_config_timeouts_active(const backoff_config *c) {
@@ -311,75 +241,90 @@ static int is_increase_decrease(int s) {
          s == BACKOFF_MILD || s == BACKOFF_MIMD;
 }
 
+/* initial * base ** (n-1); initial is finite, so fin() first keeps
+   0 * inf (NaN) out.  Base 2 (the default) is a power of two: built
+   exactly from its bits, as pow would return it, at a fraction of pow's
+   cost; past 2^1023 pow gives inf, which fin makes DBL_MAX. */
+static double exponential(double initial, double base, uint64_t n) {
+  if (base == 2)   /* pow(2, n-1) overflows past 1023 */
+    return fin(initial * (n <= 1024 ? pow2(n - 1) : DBL_MAX));
+  return fin(initial * fin(pow(base, (double)(n - 1))));
+}
+
+/* min(cap, U(base, prev * multiplier)), prev starting at base */
+static double decorrelated(backoff_t *b) {
+  const backoff_config *c = &b->cfg;
+  double base = c->p.decorrelated.initial_delay;
+  double tmp = b->has_seq ? b->seq_a : base;
+  tmp = fin(tmp * c->p.decorrelated.multiplier);
+  tmp = fin(base + fin(tmp - base) * backoff_rng_double(&b->rng));
+  if (tmp > c->max_delay) tmp = c->max_delay;
+  b->seq_a = tmp;
+  b->has_seq = 1;
+  return tmp;
+}
+
 /* n-th consecutive failure, n >= 1 */
 static double raw_failure(backoff_t *b) {
   const backoff_config *c = &b->cfg;
+  const backoff_params *p = &c->p;
   uint64_t n = b->attempts;
   double tmp;
   switch (c->strategy) {
     case BACKOFF_CONSTANT:
-      return c->initial;
+      return p->constant.delay;
     case BACKOFF_LINEAR:
-      return fin(c->initial + fin((double)(n - 1) * c->on_failure));
+      return fin(p->linear.initial_delay +
+                 fin((double)(n - 1) * p->linear.delay_increment));
     case BACKOFF_EXPONENTIAL:
     case BACKOFF_RETRY_TIMEOUTS:
-      /* initial * base ** (n-1); initial is finite, so fin() first
-         keeps 0 * inf (NaN) out.  Base 2 (the default) is a power of
-         two: built exactly from its bits, as pow would return it, at a
-         fraction of pow's cost; past 2^1023 pow gives inf, which fin
-         makes DBL_MAX. */
-      if (c->on_failure == 2)   /* pow(2, n-1) overflows past 1023 */
-        return fin(c->initial * (n <= 1024 ? pow2(n - 1) : DBL_MAX));
-      return fin(c->initial * fin(pow(c->on_failure, (double)(n - 1))));
+      return exponential(p->exponential.initial_delay,
+                         p->exponential.exponent_base, n);
     case BACKOFF_FIBONACCI:
       /* seq_a = D(n-1), seq_b = D(n), the raw (unclamped) values */
       if (n == 1) {
         b->seq_a = 0;
-        b->seq_b = c->initial;
+        b->seq_b = p->fibonacci.initial_delay1;
       } else if (n == 2) {
-        b->seq_a = c->initial;
-        b->seq_b = c->on_failure;
+        b->seq_a = p->fibonacci.initial_delay1;
+        b->seq_b = p->fibonacci.initial_delay2;
       } else {
         tmp = b->seq_b;
         b->seq_b = fin(b->seq_a + b->seq_b);
         b->seq_a = tmp;
       }
       return b->seq_b;
-    case BACKOFF_LILD:
+    case BACKOFF_LILD:   /* same place as limd's */
     case BACKOFF_LIMD:
-      return b->has_seq ? fin(b->seq_a + c->on_failure) : c->initial;
-    case BACKOFF_MILD:
+      return b->has_seq ? fin(b->seq_a + p->lild.delay_increment_on_failure)
+                        : p->lild.initial_delay;
+    case BACKOFF_MILD:   /* same place as mimd's */
     case BACKOFF_MIMD:
-      return b->has_seq ? fin(b->seq_a * c->on_failure) : c->initial;
+      return b->has_seq ? fin(b->seq_a * p->mild.delay_multiple_on_failure)
+                        : p->mild.initial_delay;
     case BACKOFF_DECORRELATED:
-      /* min(cap, U(base, prev * multiplier)), prev starting at base */
-      tmp = b->has_seq ? b->seq_a : c->initial;
-      tmp = fin(tmp * c->on_failure);
-      tmp = fin(c->initial + fin(tmp - c->initial) *
-                backoff_rng_double(&b->rng));
-      if (tmp > c->max_delay) tmp = c->max_delay;
-      b->seq_a = tmp;
-      b->has_seq = 1;
-      return tmp;
+      return decorrelated(b);
     default:
       return 0;
   }
 }
 
 static double raw_success(backoff_t *b) {
-  const backoff_config *c = &b->cfg;
-  switch (c->strategy) {
-    case BACKOFF_LILD:
+  const backoff_params *p = &b->cfg.p;
+  switch (b->cfg.strategy) {
+    case BACKOFF_LILD:   /* same place as mild's */
     case BACKOFF_MILD:
-      return b->has_seq ? fin(b->seq_a + c->on_success) : c->initial;
-    case BACKOFF_LIMD:
+      return b->has_seq ? fin(b->seq_a + p->lild.delay_increment_on_success)
+                        : p->lild.initial_delay;
+    case BACKOFF_LIMD:   /* same place as mimd's */
     case BACKOFF_MIMD:
-      return b->has_seq ? fin(b->seq_a * c->on_success) : c->initial;
+      return b->has_seq ? fin(b->seq_a * p->limd.delay_multiple_on_success)
+                        : p->limd.initial_delay;
     case BACKOFF_DECORRELATED:
       b->has_seq = 0;  /* prev returns to initial_delay */
-      return c->on_success;
-    default:
-      return c->on_success;
+      return p->decorrelated.delay_on_success;
+    default:   /* delay_on_success sits at the same place in the others */
+      return p->linear.delay_on_success;
   }
 }
 
@@ -411,6 +356,7 @@ static double effective_ts(const backoff_t *b, double ts) {
 static void fill_result(const backoff_t *b, backoff_result *r, int give_up) {
   r->give_up = give_up;
   r->delay = give_up ? 0 : b->prev_delay;
+  r->own = r->delay;
   r->has_timeout = backoff_config_timeouts_active(&b->cfg);
   r->timeout = r->has_timeout ? b->timeout : 0;
 }
@@ -426,10 +372,29 @@ static int give_up(backoff_t *b, double ts, backoff_result *r, int why) {
   return BACKOFF_OK;
 }
 
-/* steps 5 to 10 of API.md section 3 */
-static int record(backoff_t *b, double ts, double raw, backoff_result *r) {
+/* step 9: per-attempt timeouts, as RetryTimeouts::_set_last_timeout;
+   d is the strategy's delay, hint the server's (0: none); returns the
+   strategy's delay capped by the time left, and sets b->timeout from
+   the delay that will be returned, max(that, hint) */
+static double timeouts(backoff_t *b, double ts, double d, double hint) {
   const backoff_config *c = &b->cfg;
-  double d = raw, seq = 0;
+  double f = c->adjust_timeout_factor;
+  double left = fin(c->max_actual_duration - fin(ts - b->start));
+  double max_d = fin(left * (1 - f));
+  double t;
+  if (d > max_d) d = max_d;
+  t = fin(fin(left - (hint > d ? hint : d)) * f);
+  t = timeout_jitter(b, t);
+  if (c->min_adjust_timeout > t) t = c->min_adjust_timeout;
+  b->timeout = unsign_zero(t);
+  return d < 0 ? 0 : d;    /* DIFF 5 */
+}
+
+/* steps 5 to 10 of API.md section 3, with the server's hint (0: none) */
+static int record(backoff_t *b, double ts, double raw, double hint,
+                  backoff_result *r) {
+  const backoff_config *c = &b->cfg;
+  double d = raw, seq = 0, own;
   /* step 5 */
   if (!b->has_last_ts) {
     b->last_ts = c->timeouts ? b->start : ts;
@@ -446,34 +411,27 @@ static int record(backoff_t *b, double ts, double raw, backoff_result *r) {
   d = add_jitter(b, d);
   /* step 8 */
   d = clamp_delay(c, d);
-  /* step 9: per-attempt timeouts, as RetryTimeouts::_set_last_timeout */
-  if (backoff_config_timeouts_active(c)) {
-    double f = c->adjust_timeout_factor;
-    double left = fin(c->max_actual_duration - fin(ts - b->start));
-    double max_d = fin(left * (1 - f));
-    double t;
-    if (d > max_d) d = max_d;
-    t = fin(fin(left - d) * f);
-    t = timeout_jitter(b, t);
-    if (c->min_adjust_timeout > t) t = c->min_adjust_timeout;
-    b->timeout = unsign_zero(t);
-    if (d < 0) d = 0;  /* DIFF 5 */
-  }
-  /* step 10 */
+  own = unsign_zero(d);
+  /* step 9 */
+  if (backoff_config_timeouts_active(c))
+    d = timeouts(b, ts, d, hint);
+  /* step 10; the strategy's memory never sees the hint */
   d = unsign_zero(d);
+  if (hint <= d) hint = 0;      /* the strategy asks for as long */
   b->last_ts = ts;
-  b->prev_delay = d;
+  b->prev_delay = hint > 0 ? hint : d;
   if (is_increase_decrease(c->strategy)) {
     b->seq_a = c->consider_actual_delay ? seq : d;
     b->has_seq = 1;
   }
   fill_result(b, r, BACKOFF_CONTINUE);
+  r->own = own;
   return BACKOFF_OK;
 }
 
-BACKOFF_API int backoff_failure(backoff_t *b, double ts, backoff_result *r) {
+/* a failure with hint (0: none; finite and >= 0, checked by callers) */
+static int failure(backoff_t *b, double ts, double hint, backoff_result *r) {
   const backoff_config *c = &b->cfg;
-  if (!is_finite(ts)) return BACKOFF_ETIME;
   ts = effective_ts(b, ts);
   /* step 1; a duration give-up lasts (timestamps may step back) */
   if (c->max_actual_duration > 0 &&
@@ -481,12 +439,31 @@ BACKOFF_API int backoff_failure(backoff_t *b, double ts, backoff_result *r) {
     b->expired = 1;
     return give_up(b, ts, r, BACKOFF_MAX_DURATION);
   }
+  /* the server's hint: too long, or past the deadline (not lasting:
+     a later failure with a shorter hint may go on) */
+  if (hint > 0 && c->has_max_hint && hint > c->max_hint)
+    return give_up(b, ts, r, BACKOFF_RETRY_AFTER);
+  if (hint > 0 && c->max_actual_duration > 0 &&
+      fin(fin(ts - b->start) + hint) >= c->max_actual_duration)
+    return give_up(b, ts, r, BACKOFF_MAX_DURATION);
   /* step 2 */
   if (b->attempts < UINT64_MAX) b->attempts++;   /* saturate */
   if (c->max_attempts > 0 && b->attempts >= c->max_attempts)
     return give_up(b, ts, r, BACKOFF_MAX_ATTEMPTS);
   /* step 3 */
-  return record(b, ts, raw_failure(b), r);
+  return record(b, ts, raw_failure(b), hint, r);
+}
+
+BACKOFF_API int backoff_failure(backoff_t *b, double ts, backoff_result *r) {
+  if (!is_finite(ts)) return BACKOFF_ETIME;
+  return failure(b, ts, 0, r);
+}
+
+BACKOFF_API int backoff_failure_hint(backoff_t *b, double ts, double hint,
+                                     backoff_result *r) {
+  if (!is_finite(ts)) return BACKOFF_ETIME;
+  if (!is_finite(hint) || !(hint >= 0)) return BACKOFF_EINVAL;
+  return failure(b, ts, hint, r);
 }
 
 BACKOFF_API int backoff_success(backoff_t *b, double ts, backoff_result *r) {
@@ -494,7 +471,7 @@ BACKOFF_API int backoff_success(backoff_t *b, double ts, backoff_result *r) {
   ts = effective_ts(b, ts);
   /* step 4 */
   b->attempts = 0;
-  return record(b, ts, raw_success(b), r);
+  return record(b, ts, raw_success(b), 0, r);
 }
 
 /* ----------------------------------------------------------------- */
@@ -513,8 +490,8 @@ static void fresh_state(backoff_t *b, double start) {
 }
 
 BACKOFF_API int backoff_init(backoff_t *b, const backoff_config *c,
-                             double start, uint64_t seed, int *bad_field) {
-  int status = backoff_config_check(c, bad_field);
+                             double start, uint64_t seed, int *bad_option) {
+  int status = backoff_config_check(c, bad_option);
   if (status != BACKOFF_OK) return status;
   if (!is_finite(start)) return BACKOFF_ETIME;
   b->cfg = *c;
@@ -522,8 +499,6 @@ BACKOFF_API int backoff_init(backoff_t *b, const backoff_config *c,
   b->cfg.min_delay = unsign_zero(c->min_delay);
   b->cfg.max_delay = unsign_zero(c->max_delay);
   b->seed = seed;
-  b->user_flags = 0;
-  b->user_tag = 0;
   fresh_state(b, start);
   return BACKOFF_OK;
 }

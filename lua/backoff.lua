@@ -62,15 +62,18 @@ local function ffi_fast_path()
   if not ok or not step then return end
 
   local objects, reasons = core._ffi_objects()
+  local trust = core._ffi_trust
   if not objects then return end    -- handed out already (a second load)
   local out = ffi.new("double[2]")
   local FAILURE, SUCCESS, NOW = 0, 1, 2
 
   -- the method op (FAILURE or SUCCESS), falling back to c_method
   local function method(op, c_method)
-    return function(self, ts)
+    return function(self, ts, hint)
       local r = -1
-      if objects[self] then
+      if hint ~= nil then return c_method(self, ts, hint) end
+      -- an object joins the set on its first fast call
+      if objects[self] or (objects[self] == nil and trust(self)) then
         if ts == nil then r = step(self, op + NOW, 0, out)
         elseif type(ts) == "number" then r = step(self, op, ts, out) end
       end

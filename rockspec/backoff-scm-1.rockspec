@@ -28,8 +28,10 @@ build = {
   modules = {
     backoff = "lua/backoff.lua",
     ["backoff.cli"] = "lua/backoff/cli.lua",
+    ["backoff.retry_after"] = "lua/backoff/retry_after.lua",
     ["backoff.core"] = {
-      sources = { "csrc/backoff.c", "csrc/lbackoff.c" },
+      sources = { "csrc/backoff.c", "csrc/lbackoff.c",
+                  "csrc/backoff_budget.c", "csrc/lbudget.c" },
       incdirs = { "csrc" },
       libraries = { "m" },
     },

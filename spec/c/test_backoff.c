@@ -16,14 +16,24 @@
 
 #include "backoff.h"
 
+/* the strategy's three parameters in order (every member of
+   backoff_params is three doubles: the first delay, the failure
+   parameter, the success parameter) */
+static void set_params(backoff_config *c, double first, double on_failure,
+                       double on_success) {
+  double v[3];
+  v[0] = first;
+  v[1] = on_failure;
+  v[2] = on_success;
+  memcpy(&c->p, v, sizeof v);
+}
+
 /* a configuration of strategy s with its three parameters */
 static backoff_config config_of(int s, double initial, double on_failure,
                                 double on_success) {
   backoff_config c;
   assert_int_equal(backoff_config_init(&c, s), BACKOFF_OK);
-  c.initial = initial;
-  c.on_failure = on_failure;
-  c.on_success = on_success;
+  set_params(&c, initial, on_failure, on_success);
   if (s == BACKOFF_DECORRELATED) {
     c.has_max_delay = 1;
     c.max_delay = 100;
@@ -188,10 +198,9 @@ static void test_overflow_saturates(void **state) {
       backoff_t b;
       backoff_result r;
       backoff_config_init(&c, s);
-      c.initial = 1e308;
-      c.on_failure = (s == BACKOFF_CONSTANT) ? 0 : 1e308;
-      c.on_success = (s == BACKOFF_LILD || s == BACKOFF_MILD ||
-                      s == BACKOFF_LIMD || s == BACKOFF_MIMD) ? 1e308 : 0;
+      set_params(&c, 1e308, (s == BACKOFF_CONSTANT) ? 0 : 1e308,
+                 (s == BACKOFF_LILD || s == BACKOFF_MILD ||
+                  s == BACKOFF_LIMD || s == BACKOFF_MIMD) ? 1e308 : 0);
       c.jitter = (unsigned char)(s == BACKOFF_DECORRELATED ? 0 : j);
       c.jitter_factor = (j == BACKOFF_JITTER_PROPORTIONAL) ? 1 : 0;
       c.consider_actual_delay = 1;
@@ -246,26 +255,26 @@ static void test_bad_config_rejected(void **state) {
   (void)state;
   memset(&b, 0xab, sizeof b);
   backoff_config_init(&c, BACKOFF_CONSTANT);
-  c.initial = -1;
+  c.p.constant.delay = -1;
   assert_int_equal(backoff_init(&b, &c, 0, 1, &bad), BACKOFF_EINVAL);
-  assert_int_equal(bad, BACKOFF_F_INITIAL);
+  assert_int_equal(bad, backoff_option_find(BACKOFF_CONSTANT, "delay", 5));
   assert_int_equal(b.cfg.strategy, 0xab);   /* untouched */
-  c.initial = NAN;
+  c.p.constant.delay = NAN;
   assert_int_equal(backoff_config_check(&c, &bad), BACKOFF_EINVAL);
-  c.initial = INFINITY;
+  c.p.constant.delay = INFINITY;
   assert_int_equal(backoff_config_check(&c, &bad), BACKOFF_EINVAL);
-  c.initial = 1;
+  c.p.constant.delay = 1;
   c.jitter_factor = 1.5;
   assert_int_equal(backoff_config_check(&c, &bad), BACKOFF_EINVAL);
-  assert_int_equal(bad, BACKOFF_F_JITTER_FACTOR);
+  assert_string_equal(backoff_options[bad].name, "jitter_factor");
   c.jitter_factor = 0;
   c.strategy = BACKOFF_NSTRATEGIES;
   assert_int_equal(backoff_config_check(&c, &bad), BACKOFF_EINVAL);
   assert_int_equal(backoff_config_init(&c, 99), BACKOFF_EINVAL);
   backoff_config_init(&c, BACKOFF_DECORRELATED);
-  c.initial = 1;
+  c.p.decorrelated.initial_delay = 1;
   assert_int_equal(backoff_config_check(&c, &bad), BACKOFF_EINVAL);
-  assert_int_equal(bad, BACKOFF_F_MAX_DELAY);
+  assert_string_equal(backoff_options[bad].name, "max_delay");
   assert_int_equal(backoff_init(&b, &c, NAN, 1, NULL), BACKOFF_EINVAL);
 }
 
@@ -276,7 +285,7 @@ static void test_bad_timestamp_changes_nothing(void **state) {
   int i;
   (void)state;
   backoff_config_init(&c, BACKOFF_EXPONENTIAL);
-  c.initial = 1;
+  c.p.exponential.initial_delay = 1;
   c.jitter = BACKOFF_JITTER_FULL;
   c.consider_actual_delay = 1;
   backoff_init(&a, &c, 0, 99, NULL);
@@ -354,8 +363,104 @@ static void test_names(void **state) {
   assert_null(backoff_give_up_name(BACKOFF_CONTINUE));
   assert_string_equal(backoff_strerror(BACKOFF_ETIME),
                       "timestamp is not a finite number");
-  assert_string_equal(backoff_field_rule(BACKOFF_LILD, BACKOFF_F_ON_SUCCESS),
-                      "a finite number");
+  assert_string_equal(backoff_give_up_name(BACKOFF_RETRY_AFTER),
+                      "retry_after");
+}
+
+/* ---- the option table, as a C program uses it ---- */
+
+static backoff_value number_value(double d) {
+  backoff_value v;
+  memset(&v, 0, sizeof v);
+  v.type = BACKOFF_V_NUMBER;
+  v.number = d;
+  return v;
+}
+
+/* set option name of *s to d; returns the status */
+static int set_number(backoff_setup *s, const char *name, double d,
+                      backoff_problem *p) {
+  backoff_value v = number_value(d);
+  int row = backoff_option_find(s->config.strategy, name, strlen(name));
+  return backoff_setup_set(s, row, &v, p);
+}
+
+static void test_options_by_name(void **state) {
+  backoff_setup s;
+  backoff_problem p;
+  backoff_t b;
+  char msg[200];
+  (void)state;
+  assert_int_equal(backoff_setup_init(&s, BACKOFF_FIBONACCI), BACKOFF_OK);
+  /* another strategy's option, or a name with a NUL inside */
+  assert_int_equal(backoff_option_find(BACKOFF_FIBONACCI, "delay", 5), -1);
+  assert_int_equal(backoff_option_find(BACKOFF_FIBONACCI,
+                                       "initial_delay1\0x", 16), -1);
+  /* a bad value names the option and changes nothing */
+  assert_int_equal(set_number(&s, "initial_delay1", -1, &p), BACKOFF_EINVAL);
+  backoff_problem_message(&p, BACKOFF_FIBONACCI, msg, sizeof msg);
+  assert_string_equal(msg, "option 'initial_delay1' must be a finite "
+                      "number >= 0");
+  assert_int_equal(s.given, 0);
+  /* the alias with an option it stands for: an error naming both */
+  assert_int_equal(set_number(&s, "initial_delay", 5, &p), BACKOFF_OK);
+  assert_int_equal(set_number(&s, "initial_delay2", 2, &p), BACKOFF_OK);
+  assert_int_equal(backoff_setup_finish(&s, &p), BACKOFF_EINVAL);
+  backoff_problem_message(&p, BACKOFF_FIBONACCI, msg, sizeof msg);
+  assert_string_equal(msg, "options 'initial_delay' and 'initial_delay2' "
+                      "cannot be given together");
+  /* the alias alone sets both */
+  backoff_setup_init(&s, BACKOFF_FIBONACCI);
+  assert_int_equal(set_number(&s, "initial_delay", 3, &p), BACKOFF_OK);
+  assert_int_equal(backoff_setup_finish(&s, &p), BACKOFF_OK);
+  assert_true(s.config.p.fibonacci.initial_delay1 == 3);
+  assert_true(s.config.p.fibonacci.initial_delay2 == 3);
+  assert_int_equal(backoff_init(&b, &s.config, 0, 1, NULL), BACKOFF_OK);
+  assert_true(on_failure(&b, 0) == 3);
+  /* a required option missing */
+  backoff_setup_init(&s, BACKOFF_LIMD);
+  assert_int_equal(set_number(&s, "initial_delay", 1, &p), BACKOFF_OK);
+  assert_int_equal(backoff_setup_finish(&s, &p), BACKOFF_EINVAL);
+  backoff_problem_message(&p, BACKOFF_LIMD, msg, sizeof msg);
+  assert_string_equal(msg, "missing required option "
+                      "'delay_increment_on_failure'");
+}
+
+/* ---- the server's hint ---- */
+
+static void test_hint(void **state) {
+  backoff_config c = config_of(BACKOFF_EXPONENTIAL, 1, 2, 0);
+  backoff_t b, before;
+  backoff_result r;
+  (void)state;
+  c.has_max_delay = 1;
+  c.max_delay = 4;
+  c.has_max_hint = 1;
+  c.max_hint = 30;
+  c.max_actual_duration = 100;
+  b = make_at(&c, 0);
+  /* max(hint, strategy), not cut by max_delay; memory not fed */
+  assert_int_equal(backoff_failure_hint(&b, 0, 10, &r), BACKOFF_OK);
+  assert_true(r.delay == 10 && r.own == 1);
+  assert_true(backoff_delay(&b) == 10);
+  assert_true(on_failure(&b, 0) == 2);
+  assert_int_equal(backoff_failure_hint(&b, 0, 0.5, &r), BACKOFF_OK);
+  assert_true(r.delay == 4);          /* the strategy asks for longer */
+  /* too long: gives up, counts no attempt */
+  assert_int_equal(backoff_failure_hint(&b, 0, 31, &r), BACKOFF_OK);
+  assert_int_equal(r.give_up, BACKOFF_RETRY_AFTER);
+  assert_true(backoff_attempts(&b) == 3);
+  /* ends at the deadline: gives up, but not for good */
+  assert_int_equal(backoff_failure_hint(&b, 80, 20, &r), BACKOFF_OK);
+  assert_int_equal(r.give_up, BACKOFF_MAX_DURATION);
+  assert_true(on_failure(&b, 80) == 4);
+  /* bad hints change nothing */
+  before = b;
+  assert_int_equal(backoff_failure_hint(&b, 80, -1, &r), BACKOFF_EINVAL);
+  assert_int_equal(backoff_failure_hint(&b, 80, NAN, &r), BACKOFF_EINVAL);
+  assert_int_equal(backoff_failure_hint(&b, 80, INFINITY, &r),
+                   BACKOFF_EINVAL);
+  assert_memory_equal(&b, &before, sizeof b);
 }
 
 int main(void) {
@@ -379,6 +484,8 @@ int main(void) {
     cmocka_unit_test(test_retry_timeouts_scenario),
     cmocka_unit_test(test_rng_reference_values),
     cmocka_unit_test(test_names),
+    cmocka_unit_test(test_options_by_name),
+    cmocka_unit_test(test_hint),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -28,9 +28,9 @@ static double drive(int id) {
     backoff_t b;
     backoff_result r;
     backoff_config_init(&c, s);
-    c.initial = 1 + id;
-    c.on_failure = (s == BACKOFF_CONSTANT) ? 0 : 1.5;
-    c.on_success = 0.5;
+    c.p.linear.initial_delay = 1 + id;  /* first of every strategy */
+    c.p.linear.delay_increment = (s == BACKOFF_CONSTANT) ? 0 : 1.5;
+    c.p.linear.delay_on_success = 0.5;
     c.has_max_delay = 1;
     c.max_delay = 100;
     if (s != BACKOFF_DECORRELATED) {

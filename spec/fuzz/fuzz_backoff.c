@@ -74,7 +74,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   backoff_t b, before;
   backoff_result r;
   uint64_t seed = 0;
-  double start, ts = 0;
+  double start, ts = 0, hint = 0;
   int i, status, bad;
   in.p = data;
   in.n = size;
@@ -85,9 +85,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   c.consider_actual_delay = (unsigned char)(i & 1);
   c.timeouts = (unsigned char)((i >> 1) & 1);
   c.has_max_delay = (unsigned char)((i >> 2) & 1);
-  c.initial = pick(&in);
-  c.on_failure = pick(&in);
-  c.on_success = pick(&in);
+  c.has_max_hint = (unsigned char)((i >> 3) & 1);
+  {
+    double v[3];    /* every member of backoff_params is three doubles */
+    for (i = 0; i < 3; i++) v[i] = pick(&in);
+    memcpy(&c.p, v, sizeof v);
+  }
   c.min_delay = pick(&in);
   c.max_delay = pick(&in);
   c.jitter_factor = pick(&in);
@@ -95,6 +98,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   c.adjust_timeout_factor = pick(&in);
   c.min_adjust_timeout = pick(&in);
   c.timeout_jitter_factor = pick(&in);
+  c.max_hint = pick(&in);
   c.max_attempts = byte(&in) % 16;
   for (i = 0; i < 8; i++) seed = (seed << 8) | byte(&in);
   start = pick(&in);
@@ -116,8 +120,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (op & 0x10) t = finite(ts + t) ? ts + t : t;
     before = b;
     switch (op % 4) {
-      case 0: case 1:
+      case 0:
         status = backoff_failure(&b, t, &r);
+        break;
+      case 1:   /* with a hint from the input (hostile values too) */
+        hint = pick(&in);
+        status = backoff_failure_hint(&b, t, hint, &r);
+        if (status == BACKOFF_EINVAL) {
+          check(!(hint >= 0) || !finite(hint));
+          check(memcmp(&b, &before, sizeof b) == 0);
+          continue;
+        }
         break;
       case 2:
         status = backoff_success(&b, t, &r);
@@ -141,6 +154,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       check(r.delay == 0);
       if (r.give_up == BACKOFF_MAX_ATTEMPTS)
         check(c.max_attempts > 0 && backoff_attempts(&b) >= c.max_attempts);
+      else if (r.give_up == BACKOFF_RETRY_AFTER)
+        check(op % 4 == 1 && c.has_max_hint && hint > c.max_hint);
       else
         check(r.give_up == BACKOFF_MAX_DURATION && c.max_actual_duration > 0);
       check(backoff_delay(&b) == backoff_delay(&before));
@@ -151,6 +166,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (r.has_timeout) {
       check_delay(r.timeout);
       check(r.timeout >= c.min_adjust_timeout);
+    } else if (op % 4 == 1 && hint > 0) {
+      check(r.delay >= hint && r.delay >= r.own);   /* max(hint, own) */
     } else {
       check(r.delay >= c.min_delay);
       if (c.has_max_delay && c.max_delay >= c.min_delay)

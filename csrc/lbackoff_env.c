@@ -1,0 +1,146 @@
+/*
+** lbackoff_env.c -- what the binding takes from the system: the
+** monotonic clock, sleeping, seeds for unseeded objects, and noticing
+** that the process forked (jitter streams must never be shared by the
+** workers forked from one nginx master).
+*/
+
+#define _POSIX_C_SOURCE 200809L
+#define _DEFAULT_SOURCE   /* MADV_WIPEONFORK */
+
+#include <errno.h>
+#include <float.h>
+#include <stdint.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "lbackoff.h"
+
+double lbackoff_monotonic(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+int lbackoff_is_finite(double v) {
+  return v == v && v <= DBL_MAX && v >= -DBL_MAX;
+}
+
+/* changes in a forked child: one load where the kernel can wipe a page */
+uint32_t lbackoff_tag(lbackoff_state *st) {
+  uint32_t tag;
+  if (st->wipe == NULL) return (uint32_t)getpid();
+  tag = *st->wipe;
+  if (tag == 0) {             /* first use in this process */
+    tag = (uint32_t)getpid();
+    *st->wipe = tag;
+  }
+  return tag;
+}
+
+/* seed the state's generator from the clocks, the pid and an address */
+static void seed_generator(lbackoff_state *st, uint32_t tag) {
+  struct timespec m, r;
+  uint64_t x;
+  clock_gettime(CLOCK_MONOTONIC, &m);
+  clock_gettime(CLOCK_REALTIME, &r);
+  x = (uint64_t)m.tv_sec * UINT64_C(1000000000) + (uint64_t)m.tv_nsec;
+  x ^= ((uint64_t)r.tv_sec << 32) ^ (uint64_t)r.tv_nsec;
+  x ^= (uint64_t)tag << 40;
+  x ^= (uint64_t)(uintptr_t)st * UINT64_C(0x9e3779b97f4a7c15);
+  backoff_rng_seed(&st->seeds, x);
+  st->seeds_tag = tag;
+}
+
+/*
+** A new jitter stream for an unseeded object, owned by this process:
+** the next output of the state's generator, which is seeded again in
+** a forked child.  No system call (where the kernel wipes pages), so
+** clones and constructors stay cheap.
+*/
+uint64_t lbackoff_new_seed(lbackoff_state *st, uint32_t *tag) {
+  *tag = lbackoff_tag(st);
+  if (*tag != st->seeds_tag) seed_generator(st, *tag);
+  return backoff_rng_next(&st->seeds);
+}
+
+void lbackoff_fresh_stream(lbackoff_object *o) {
+  backoff_reseed(&o->core, lbackoff_new_seed(o->owner, &o->tag));
+}
+
+/* __gc of the state: give the page back */
+static int state_gc(lua_State *L) {
+  lbackoff_state *st = (lbackoff_state *)lua_touserdata(L, 1);
+  if (st != NULL && st->wipe != NULL) {
+    munmap((void *)(uintptr_t)st->wipe, 4096);
+    st->wipe = NULL;
+  }
+  return 0;
+}
+
+static void state_init(lbackoff_state *st) {
+  void *page = MAP_FAILED;
+  st->wipe = NULL;
+  st->ffi = 0;
+#if defined(MADV_WIPEONFORK) && defined(MAP_ANONYMOUS)
+  page = mmap(NULL, 4096, PROT_READ | PROT_WRITE,
+              MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (page != MAP_FAILED && madvise(page, 4096, MADV_WIPEONFORK) != 0) {
+    munmap(page, 4096);
+    page = MAP_FAILED;
+  }
+#endif
+  if (page != MAP_FAILED) st->wipe = (volatile uint32_t *)page;
+  seed_generator(st, lbackoff_tag(st));
+}
+
+/*
+** Push the state of this lua_State, made on first use.  It lives in the
+** registry: a second load of the module (package.loaded cleared) shares
+** the metatable, so it must share the owner objects are checked against.
+*/
+lbackoff_state *lbackoff_push_state(lua_State *L) {
+  lbackoff_state *st;
+  lua_getfield(L, LUA_REGISTRYINDEX, LBACKOFF_STATE);
+  if (!lua_isnil(L, -1)) return (lbackoff_state *)lua_touserdata(L, -1);
+  lua_pop(L, 1);
+  st = (lbackoff_state *)lua_newuserdatauv(L, sizeof *st, 0);
+  state_init(st);
+  lua_createtable(L, 0, 1);
+  lua_pushcfunction(L, state_gc);
+  lua_setfield(L, -2, "__gc");
+  lua_setmetatable(L, -2);
+  lua_pushvalue(L, -1);
+  lua_setfield(L, LUA_REGISTRYINDEX, LBACKOFF_STATE);
+  return st;
+}
+
+/* backoff.now(): the default clock */
+int lbackoff_now(lua_State *L) {
+  lua_pushnumber(L, (lua_Number)lbackoff_monotonic());
+  return 1;
+}
+
+/*
+** backoff.sleep(seconds): blocking, for plain Lua.  0 returns at once
+** (no system call); a positive time under 1 ms sleeps 1 ms, as the
+** runner's sleeps do in nginx (ngx.sleep's resolution), so that a delay
+** means the same pause everywhere.  nanosleep, restarted on EINTR.
+*/
+int lbackoff_sleep(lua_State *L) {
+  double s = lua_tonumber(L, 1);
+  struct timespec req, rem;
+  if (lua_type(L, 1) != LUA_TNUMBER || !(s >= 0) || s > DBL_MAX)
+    return lbackoff_argerror(L, 1, "sleep", lua_pushfstring(L,
+      "seconds must be a finite number >= 0 (got %s)", lbackoff_repr(L, 1)));
+  if (s == 0) return 0;
+  if (s < 0.001) s = 0.001;
+  if (s > 1e9) s = 1e9;   /* ~31 years: keeps tv_sec in range */
+  req.tv_sec = (time_t)s;
+  req.tv_nsec = (long)((s - (double)req.tv_sec) * 1e9);
+  if (req.tv_nsec > 999999999L) req.tv_nsec = 999999999L;
+  while (nanosleep(&req, &rem) != 0 && errno == EINTR)
+    req = rem;
+  return 0;
+}

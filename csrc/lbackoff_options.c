@@ -1,0 +1,243 @@
+/*
+** lbackoff_options.c -- constructors and config(): the option table of
+** the core (backoff_options.c) walked for Lua.  This file names no
+** option: names, kinds, ranges and the rules between options are the
+** core's; here are only Lua values in and out.
+**
+** Options are read with raw access (lua_next): a proxy table's __index
+** and __pairs are not consulted, so what is read is what is checked.
+** Each key costs one lookup in a table of the strategy's option names
+** (interned strings), made once when the module loads.
+*/
+
+#include <string.h>
+
+#include "lbackoff.h"
+
+/* push a table: each option name strategy s takes -> its row */
+void lbackoff_push_names(lua_State *L, int s) {
+  int i;
+  lua_newtable(L);
+  for (i = 0; backoff_options[i].name != NULL; i++)
+    if ((backoff_options[i].accepted >> s) & 1u) {
+      lua_pushinteger(L, i);
+      lua_setfield(L, -2, backoff_options[i].name);
+    }
+}
+
+/* the first row of kind k (the binding holds the values of these) */
+static int row_of_kind(int k) {
+  int i;
+  for (i = 0; backoff_options[i].name != NULL; i++)
+    if (backoff_options[i].kind == k) return i;
+  return -1;
+}
+
+/* the one place where a core problem becomes a Lua error; the value
+   quoted (when the problem quotes one) is at value_idx */
+static int raise_problem(lua_State *L, int s, const backoff_problem *p,
+                         int value_idx) {
+  char msg[200];
+  backoff_problem_message(p, s, msg, sizeof msg);
+  if (backoff_problem_quotes(p))
+    return luaL_error(L, "backoff.%s: %s (got %s)", backoff_strategy_name(s),
+                      msg, lbackoff_repr(L, value_idx));
+  return luaL_error(L, "backoff.%s: %s", backoff_strategy_name(s), msg);
+}
+
+/* the Lua value at idx as the core sees it */
+static void value_at(lua_State *L, int idx, backoff_value *v) {
+  v->number = 0;
+  v->integer = 0;
+  v->boolean = 0;
+  v->string = NULL;
+  v->len = 0;
+  switch (lua_type(L, idx)) {
+    case LUA_TNUMBER:
+      v->type = BACKOFF_V_NUMBER;
+      v->number = (double)lua_tonumber(L, idx);
+#if LUA_VERSION_NUM >= 503
+      if (lua_isinteger(L, idx)) {
+        v->type = BACKOFF_V_INTEGER;
+        v->integer = (int64_t)lua_tointeger(L, idx);
+      }
+#endif
+      break;
+    case LUA_TBOOLEAN:
+      v->type = BACKOFF_V_BOOL;
+      v->boolean = lua_toboolean(L, idx);
+      break;
+    case LUA_TSTRING:
+      v->type = BACKOFF_V_STRING;
+      v->string = lua_tolstring(L, idx, &v->len);
+      break;
+    case LUA_TFUNCTION: v->type = BACKOFF_V_FUNCTION; break;
+    default: v->type = BACKOFF_V_OTHER; break;
+  }
+}
+
+/* key at -2, value at -1: check it into *su (names: the strategy's
+   option names -> rows); values the binding holds (start, clock) go to
+   the side table at side (made on first need) */
+static void read_option(lua_State *L, int s, int names, backoff_setup *su,
+                        int side) {
+  backoff_value v;
+  backoff_problem p;
+  int row, kind;
+  lua_pushvalue(L, -2);
+  lua_rawget(L, names);
+  if (!lua_isnumber(L, -1))
+    luaL_error(L, "backoff.%s: unknown option %s", backoff_strategy_name(s),
+               lbackoff_repr(L, -3));
+  row = (int)lua_tointeger(L, -1);
+  lua_pop(L, 1);
+  value_at(L, -1, &v);
+  if (backoff_setup_set(su, row, &v, &p) != BACKOFF_OK)
+    raise_problem(L, s, &p, -1);
+  kind = backoff_options[row].kind;
+  if (kind == BACKOFF_K_START || kind == BACKOFF_K_FUNCTION) {
+    if (lua_isnil(L, side)) {
+      lua_createtable(L, 0, 2);
+      lua_replace(L, side);
+    }
+    lua_pushvalue(L, -1);
+    lua_setfield(L, side, backoff_options[row].name);
+  }
+}
+
+/* the start time: the start option, else the clock's now (the clock
+   may raise or misbehave: nothing is allocated yet) */
+static double start_of(lua_State *L, int s, const backoff_setup *su,
+                       int side) {
+  int start = row_of_kind(BACKOFF_K_START);
+  int clock = row_of_kind(BACKOFF_K_FUNCTION);
+  double t;
+  if ((su->given >> start) & 1u) return su->start;
+  if (!((su->given >> clock) & 1u)) return lbackoff_monotonic();
+  lua_getfield(L, side, backoff_options[clock].name);
+  lua_call(L, 0, 1);
+  t = lua_tonumber(L, -1);
+  if (lua_type(L, -1) != LUA_TNUMBER || !lbackoff_is_finite(t))
+    luaL_error(L, "backoff.%s: option '%s' must return a finite number "
+               "(got %s)", backoff_strategy_name(s),
+               backoff_options[clock].name, lbackoff_repr(L, -1));
+  lua_pop(L, 1);
+  return t;
+}
+
+/* the options table at idx, checked; the side table is left at side */
+static void read_options(lua_State *L, int s, int idx, int names,
+                         backoff_setup *su, int side) {
+  backoff_problem p;
+  backoff_setup_init(su, s);
+  if (!lua_isnoneornil(L, idx)) {
+    if (!lua_istable(L, idx))
+      luaL_error(L, "backoff.%s: options must be a table (got %s)",
+                 backoff_strategy_name(s), luaL_typename(L, idx));
+    lua_pushnil(L);
+    while (lua_next(L, idx)) {    /* key, value */
+      read_option(L, s, names, su, side);
+      lua_pop(L, 1);
+    }
+  }
+  if (backoff_setup_finish(su, &p) != BACKOFF_OK) {
+    if (p.option >= 0) {          /* the value to quote */
+      lua_pushstring(L, backoff_options[p.option].name);
+      lua_rawget(L, idx);
+    }
+    raise_problem(L, s, &p, -1);
+  }
+}
+
+/* backoff.<s>(opts at idx), names as in read_option */
+int lbackoff_construct(lua_State *L, int s, int idx, int names) {
+  backoff_setup su;
+  lbackoff_object *o;
+  double start;
+  int side, seeded;
+  lua_pushnil(L);                 /* the side table, if any */
+  side = lua_gettop(L);
+  read_options(L, s, idx, names, &su, side);
+  start = start_of(L, s, &su, side);
+  seeded = (su.given >> row_of_kind(BACKOFF_K_SEED)) & 1u;
+  o = lbackoff_newud(L, !lua_isnil(L, side));
+  if (!seeded) su.seed = lbackoff_new_seed(o->owner, &o->tag);
+  else o->tag = lbackoff_tag(o->owner);
+  backoff_init(&o->core, &su.config, start, su.seed, NULL); /* checked */
+  o->flags = (unsigned char)
+    ((seeded ? LB_SEEDED : 0) |
+     (backoff_config_draws(&su.config) ? LB_DRAWS : 0) |
+     ((su.given >> row_of_kind(BACKOFF_K_FUNCTION)) & 1u ? LB_HAS_CLOCK : 0) |
+     ((su.given >> row_of_kind(BACKOFF_K_START)) & 1u ? LB_HAS_START : 0));
+  if (!lua_isnil(L, side)) {
+    o->flags |= LB_SIDE;
+    lua_pushvalue(L, side);
+    lbackoff_setuv(L, -2);
+  }
+  return 1;
+}
+
+/* ----------------------------------------------------------------- */
+/* config()                                                          */
+/* ----------------------------------------------------------------- */
+
+static void push_seed(lua_State *L, uint64_t seed) {
+#if LUA_VERSION_NUM >= 503
+  lua_pushinteger(L, (lua_Integer)seed);
+#else
+  lua_pushnumber(L, (lua_Number)(int64_t)seed);
+#endif
+}
+
+/* push the value of row i of object o (at index 1); 0 if none */
+static int push_option(lua_State *L, const lbackoff_object *o, int i) {
+  const backoff_config *c = &o->core.cfg;
+  const void *at = backoff_option_field(c, i);
+  double d;
+  switch (backoff_options[i].kind) {
+    case BACKOFF_K_NUMBER:
+      memcpy(&d, at, sizeof d);
+      lua_pushnumber(L, (lua_Number)d);
+      return 1;
+    case BACKOFF_K_COUNT:
+      lbackoff_push_count(L, *(const uint64_t *)at);
+      return 1;
+    case BACKOFF_K_BOOL:
+      lua_pushboolean(L, *(const unsigned char *)at);
+      return 1;
+    case BACKOFF_K_JITTER:
+      lua_pushstring(L, backoff_jitter_name(*(const unsigned char *)at));
+      return 1;
+    case BACKOFF_K_STRATEGY:
+      lua_pushstring(L, backoff_strategy_name(c->strategy));
+      return 1;
+    case BACKOFF_K_SEED:
+      push_seed(L, o->core.seed);
+      return 1;
+    case BACKOFF_K_START: case BACKOFF_K_FUNCTION:
+      if (!(o->flags & LB_SIDE)) return 0;
+      lbackoff_getuv(L, 1);
+      lua_getfield(L, -1, backoff_options[i].name);
+      lua_remove(L, -2);
+      if (!lua_isnil(L, -1)) return 1;
+      lua_pop(L, 1);
+      return 0;
+    default:
+      return 0;
+  }
+}
+
+/* b:config(): a new table of every effective option, defaults filled
+   in; backoff.new(t.strategy, t) rebuilds the object */
+int lbackoff_config(lua_State *L) {
+  lbackoff_object *o = lbackoff_check(L, 1, "config");
+  int i, given;
+  lua_createtable(L, 0, 16);
+  for (i = 0; backoff_options[i].name != NULL; i++) {
+    given = backoff_options[i].kind != BACKOFF_K_SEED
+            || (o->flags & LB_SEEDED);
+    if (!backoff_option_shown(&o->core.cfg, i, given)) continue;
+    if (push_option(L, o, i)) lua_setfield(L, -2, backoff_options[i].name);
+  }
+  return 1;
+}

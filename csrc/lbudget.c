@@ -1,0 +1,240 @@
+/*
+** lbudget.c -- the Lua binding of the retry budget (backoff_budget.h):
+** backoff.core.budget{capacity = 500, cost = 5, refund = 1}.
+**
+** Each budget is a full userdata holding one backoff_budget (no heap),
+** with its own metatable "backoff.Budget".  Counts are integers from 0
+** to 2^53, exact as Lua numbers on every version.
+*/
+
+#include <stdio.h>
+#include <string.h>
+
+#include "lua.h"
+#include "lauxlib.h"
+
+#include "backoff_budget.h"
+#include "lbudget.h"
+
+#if LUA_VERSION_NUM == 501
+#define lua_rawlen(L, i) lua_objlen(L, i)
+#endif
+#if LUA_VERSION_NUM < 504
+#define lua_newuserdatauv(L, sz, nuv) lua_newuserdata(L, sz)
+#endif
+
+#define LBUDGET_MT "backoff.Budget"
+#define LBUDGET_RULE "an integer >= 0 and <= 2^53"
+
+/* push count v as an integer where Lua has them, else as a number */
+static void lbudget_push(lua_State *L, uint64_t v) {
+#if LUA_VERSION_NUM >= 503
+  lua_pushinteger(L, (lua_Integer)v);
+#else
+  lua_pushnumber(L, (lua_Number)v);
+#endif
+}
+
+/* push a short description of the value at idx: -1, 'text', table */
+static const char *lbudget_repr(lua_State *L, int idx) {
+  switch (lua_type(L, idx)) {
+    case LUA_TNUMBER:
+      if (lua_tonumber(L, idx) != lua_tonumber(L, idx))
+        return lua_pushfstring(L, "nan");
+      lua_pushvalue(L, idx);  /* convert a copy, never the original */
+      return lua_tostring(L, -1);
+    case LUA_TSTRING:
+      return lua_pushfstring(L, "'%s'", lua_tostring(L, idx));
+    case LUA_TBOOLEAN:
+      return lua_pushfstring(L, "%s", lua_toboolean(L, idx) ? "true"
+                                                             : "false");
+    default:
+      return lua_pushfstring(L, "%s", luaL_typename(L, idx));
+  }
+}
+
+/*
+** luaL_argerror with the method's name given (Lua's debug information
+** has none for pcall(bud.withdraw, bud, x)); same wording and numbering
+** as luaL_argerror: a method call counts self as argument 0.
+*/
+static int lbudget_argerror(lua_State *L, int arg, const char *fname,
+                            const char *msg) {
+  lua_Debug ar;
+  if (lua_getstack(L, 0, &ar) && lua_getinfo(L, "n", &ar) &&
+      ar.namewhat != NULL && strcmp(ar.namewhat, "method") == 0) {
+    arg--;
+    if (arg == 0)
+      return luaL_error(L, "calling '%s' on bad self (%s)", fname, msg);
+  }
+  return luaL_error(L, "bad argument #%d to '%s' (%s)", arg, fname, msg);
+}
+
+/*
+** The budget at index 1, else raise: a full userdata of our size with
+** our metatable (the size check keeps a foreign userdata given our
+** metatable by debug.setmetatable from being read past its end).
+*/
+static backoff_budget *lbudget_self(lua_State *L, const char *method) {
+  void *p = lua_touserdata(L, 1);
+  int ok = 0;
+  if (p != NULL && lua_type(L, 1) == LUA_TUSERDATA &&
+      lua_rawlen(L, 1) == sizeof(backoff_budget) && lua_getmetatable(L, 1)) {
+    luaL_getmetatable(L, LBUDGET_MT);
+    ok = lua_rawequal(L, -1, -2);
+    lua_pop(L, 2);
+  }
+  if (!ok)
+    lbudget_argerror(L, 1, method, lua_pushfstring(L,
+      LBUDGET_MT " expected, got %s", lbudget_repr(L, 1)));
+  return (backoff_budget *)p;
+}
+
+/* optional count argument 2 (name for messages), else dflt */
+static uint64_t lbudget_count_arg(lua_State *L, const char *method,
+                                  const char *name, uint64_t dflt) {
+  uint64_t v = dflt;
+  if (lua_isnoneornil(L, 2)) return dflt;
+  if (lua_type(L, 2) != LUA_TNUMBER ||
+      backoff_budget_count(lua_tonumber(L, 2), &v) != BACKOFF_BUDGET_OK)
+    lbudget_argerror(L, 2, method, lua_pushfstring(L,
+      "%s must be " LBUDGET_RULE " (got %s)", name, lbudget_repr(L, 2)));
+  return v;
+}
+
+/* bud:withdraw([cost]) -> true (taken) or false (short: nothing taken) */
+static int lbudget_withdraw(lua_State *L) {
+  backoff_budget *b = lbudget_self(L, "withdraw");
+  uint64_t cost = lbudget_count_arg(L, "withdraw", "cost", b->cost);
+  lua_pushboolean(L, backoff_budget_withdraw(b, cost) == 1);
+  return 1;
+}
+
+/* bud:deposit([n]) -> the tokens after (capped at capacity) */
+static int lbudget_deposit(lua_State *L) {
+  backoff_budget *b = lbudget_self(L, "deposit");
+  uint64_t n = lbudget_count_arg(L, "deposit", "n", b->refund);
+  backoff_budget_deposit(b, n);   /* n is in range: cannot fail */
+  lbudget_push(L, backoff_budget_tokens(b));
+  return 1;
+}
+
+static int lbudget_tokens(lua_State *L) {
+  lbudget_push(L, backoff_budget_tokens(lbudget_self(L, "tokens")));
+  return 1;
+}
+
+static int lbudget_capacity(lua_State *L) {
+  lbudget_push(L, lbudget_self(L, "capacity")->capacity);
+  return 1;
+}
+
+static int lbudget_cost(lua_State *L) {
+  lbudget_push(L, lbudget_self(L, "cost")->cost);
+  return 1;
+}
+
+static int lbudget_refund(lua_State *L) {
+  lbudget_push(L, lbudget_self(L, "refund")->refund);
+  return 1;
+}
+
+static int lbudget_tostring(lua_State *L) {
+  const backoff_budget *b = lbudget_self(L, "__tostring");
+  char buf[128];
+  snprintf(buf, sizeof buf,
+           "backoff.budget: %llu/%llu tokens (cost %llu, refund %llu)",
+           (unsigned long long)b->tokens, (unsigned long long)b->capacity,
+           (unsigned long long)b->cost, (unsigned long long)b->refund);
+  lua_pushstring(L, buf);
+  return 1;
+}
+
+/* the budget owns no resource: __gc only checks self */
+static int lbudget_gc(lua_State *L) {
+  lbudget_self(L, "__gc");
+  return 0;
+}
+
+/* read option value (on top) of the option called name into *out */
+static void lbudget_option(lua_State *L, const char *name, uint64_t *out) {
+  if (lua_type(L, -1) != LUA_TNUMBER ||
+      backoff_budget_count(lua_tonumber(L, -1), out) != BACKOFF_BUDGET_OK)
+    luaL_error(L, "backoff.budget: option '%s' must be " LBUDGET_RULE
+               " (got %s)", name, lbudget_repr(L, -1));
+}
+
+/*
+** backoff.core.budget([opts]) -> a full budget.  Every option is read
+** and checked before the userdata exists, so a raise leaks nothing.
+*/
+static int lbudget_new(lua_State *L) {
+  uint64_t v[3] = { BACKOFF_BUDGET_CAPACITY, BACKOFF_BUDGET_COST,
+                    BACKOFF_BUDGET_REFUND };
+  static const char *const names[] = { "capacity", "cost", "refund" };
+  backoff_budget *b;
+  int i;
+  if (!lua_isnoneornil(L, 1)) {
+    if (!lua_istable(L, 1))
+      luaL_error(L, "backoff.budget: options must be a table (got %s)",
+                 luaL_typename(L, 1));
+    lua_pushnil(L);
+    while (lua_next(L, 1)) {   /* key, value */
+      for (i = 0; i < 3; i++)
+        if (lua_type(L, -2) == LUA_TSTRING &&
+            strcmp(lua_tostring(L, -2), names[i]) == 0)
+          break;
+      if (i == 3)
+        luaL_error(L, lua_type(L, -2) == LUA_TSTRING
+                        ? "backoff.budget: unknown option '%s'"
+                        : "backoff.budget: unknown option %s",
+                   lua_type(L, -2) == LUA_TSTRING ? lua_tostring(L, -2)
+                                                  : lbudget_repr(L, -2));
+      lbudget_option(L, names[i], &v[i]);
+      lua_pop(L, 1);
+    }
+  }
+  b = (backoff_budget *)lua_newuserdatauv(L, sizeof *b, 0);
+  backoff_budget_init(b, v[0], v[1], v[2]);   /* checked: cannot fail */
+  luaL_getmetatable(L, LBUDGET_MT);
+  lua_setmetatable(L, -2);
+  return 1;
+}
+
+static const luaL_Reg lbudget_methods[] = {
+  { "withdraw", lbudget_withdraw },
+  { "deposit", lbudget_deposit },
+  { "tokens", lbudget_tokens },
+  { "capacity", lbudget_capacity },
+  { "cost", lbudget_cost },
+  { "refund", lbudget_refund },
+  { NULL, NULL }
+};
+
+/* set the functions of l into the table on top (no upvalues) */
+static void lbudget_setfuncs(lua_State *L, const luaL_Reg *l) {
+  for (; l->name != NULL; l++) {
+    lua_pushcfunction(L, l->func);
+    lua_setfield(L, -2, l->name);
+  }
+}
+
+void lbackoff_open_budget(lua_State *L) {
+  /* built once per lua_State: a second load of the module shares it */
+  if (luaL_newmetatable(L, LBUDGET_MT)) {
+#if LUA_VERSION_NUM < 503
+    lua_pushstring(L, LBUDGET_MT);       /* 5.3+ sets __name itself */
+    lua_setfield(L, -2, "__name");
+#endif
+    lua_newtable(L);
+    lbudget_setfuncs(L, lbudget_methods);
+    lua_setfield(L, -2, "__index");
+    lua_pushcfunction(L, lbudget_tostring);
+    lua_setfield(L, -2, "__tostring");
+    lua_pushcfunction(L, lbudget_gc);
+    lua_setfield(L, -2, "__gc");
+  }
+  lua_pop(L, 1);
+  lua_pushcfunction(L, lbudget_new);
+  lua_setfield(L, -2, "budget");
+}
