@@ -265,6 +265,13 @@ OUTAGE = $(call LUA_ENV,luajit) luajit bench/outage.lua \
 outage: deps-test $(call MODULE,luajit)
 	@$(OUTAGE)
 
+# worker CPU per request of a backoff.retry handler / a pcall handler in
+# a real nginx (1 worker, wrk, 127.0.0.1): `make bench-nginx`
+.PHONY: bench-nginx
+bench-nginx: deps-test $(call MODULE,luajit)
+	@sh .ci/deps wrk
+	@timeout 300 lua5.4 bench/nginx.lua $(CURDIR)
+
 # the herd again, by bench/herd_reference.py: the blog's model written
 # independently in Python, compared figure by figure with the CSV above
 herd-reference:

@@ -12,6 +12,10 @@ function app.init()
   policies.timeouts = backoff.exponential { initial_delay = 0.05,
     adjust_timeout_factor = 0.5, max_actual_duration = 1,
     min_adjust_timeout = 0.1, max_attempts = 4 }
+  -- issue 11: a one-second deadline, half the time left per attempt
+  policies.deadline = backoff.exponential { initial_delay = 0.05,
+    max_delay = 1, jitter = "full", max_actual_duration = 1,
+    adjust_timeout_factor = 0.5, min_adjust_timeout = 0.05 }
 end
 
 -- init_worker_by_lua: each worker draws from the unseeded template
@@ -105,6 +109,65 @@ function app.retry()
   ngx.say("errs=", table.concat(errs, ","))
   ngx.say("elapsed=", ngx.now() - t0)
   ngx.say("pings=", (ngx.shared.calls:get(pings) or 0) - pings_before)
+end
+
+-- upstreams that fail: hang (until the caller gives up: the location has
+-- lua_check_client_abort on), answer 503, close without an answer
+function app.hang() ngx.sleep(2) end
+function app.fail503() return ngx.exit(503) end
+function app.close() return ngx.exit(444) end
+
+-- one HTTP/1.0 GET whose connect, send and receives together take at
+-- most `timeout` seconds
+local function fetch_within(path, timeout)
+  local now = backoff.now
+  local deadline = now() + timeout
+  local sock = ngx.socket.tcp()
+  local function left()   -- ms; cosockets take whole ms, 0 = the default
+    sock:settimeout(math.max(1, (deadline - now()) * 1000))
+  end
+  left()
+  local ok, err = sock:connect("127.0.0.1", tonumber(ngx.var.server_port))
+  if not ok then return nil, err end
+  left()
+  ok, err = sock:send("GET " .. path .. " HTTP/1.0\r\nHost: x\r\n\r\n")
+  if not ok then sock:close() return nil, err end
+  left()
+  local status
+  status, err = sock:receive("*l")
+  if not status then sock:close() return nil, err end
+  left()
+  local rest
+  rest, err = sock:receive("*a")
+  sock:close()
+  if not rest then return nil, err end
+  if status:match("^HTTP/%d%.%d 200") then return rest end
+  return nil, status
+end
+
+-- issue 11: retry a failing upstream under a 1 s deadline; report the
+-- whole run's duration from the call of backoff.retry to its return (on
+-- backoff's own clock; the runner starts its clock at attempt 1, a few
+-- microseconds later), each attempt's start relative to that call and
+-- the timeout it was given
+function app.deadline()
+  local path = "/up/" .. ngx.var.arg_up
+  local now = backoff.now
+  local starts, timeouts = {}, {}
+  local t0 = now()
+  local res, err, reason = backoff.retry(policies.deadline,
+    function(_, timeout)
+      starts[#starts + 1] = ("%.6f"):format(now() - t0)
+      timeouts[#timeouts + 1] = ("%.6f"):format(timeout or -1)
+      return fetch_within(path, timeout or 5)
+    end)
+  local total = now() - t0
+  ngx.say("result=", tostring(res))
+  ngx.say("err=", tostring(err))
+  ngx.say("reason=", tostring(reason))
+  ngx.say("total=", ("%.6f"):format(total))
+  ngx.say("starts=", table.concat(starts, ","))
+  ngx.say("timeouts=", table.concat(timeouts, ","))
 end
 
 return app

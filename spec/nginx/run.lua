@@ -206,6 +206,198 @@ local function two_worker_checks(port)
   end
 end
 
+------------------------------------------------------------------------
+-- issue 11: the deadline under load.  2 workers; `concurrency` requests
+-- to /deadline?up=KIND in flight at once until `total` have answered,
+-- while /ping is asked every 20 ms (one at a time).  Bounded: every
+-- socket times out after 10 s, the whole load after `limit` seconds.
+
+local MAX_DURATION = 1          -- the policy's max_actual_duration
+
+-- returns the bodies of the answers, the ping latencies (s), and an
+-- error message when the load did not complete
+local function load(port, path, total, concurrency, limit)
+  local now = socket.gettime
+  local t_end = now() + limit
+  local active, n_active = {}, 0   -- socket -> { parts, sent at }
+  local started, bodies, pings = 0, {}, {}
+  local ping, next_ping = nil, now()
+  local function open(what)
+    local c = socket.tcp()
+    c:settimeout(2)
+    local ok, err = c:connect("127.0.0.1", port)
+    if ok then ok, err = c:send("GET " .. what
+      .. " HTTP/1.0\r\nHost: localhost\r\n\r\n") end
+    if not ok then c:close() return nil, err end
+    c:settimeout(0)
+    return c
+  end
+  -- reads what is there; returns the whole answer once the peer closed
+  local function pump(c, st)
+    local data, err, partial = c:receive(65536)
+    st.parts[#st.parts + 1] = data or partial
+    if err == "closed" then
+      c:close()
+      return table.concat(st.parts)
+    elseif err and err ~= "timeout" then
+      c:close()
+      return false
+    end
+  end
+  local function finish(err)
+    for c in pairs(active) do c:close() end
+    return bodies, pings, err
+  end
+  while #bodies < total do
+    local t = now()
+    if t > t_end then
+      return finish(("load not done after %d s: %d of %d answered")
+        :format(limit, #bodies, total))
+    end
+    while started < total and n_active < concurrency do
+      local c, err = open(path)
+      if not c then return finish("connect: " .. tostring(err)) end
+      active[c] = { parts = {}, at = now() }
+      n_active, started = n_active + 1, started + 1
+    end
+    if not ping and t >= next_ping then
+      local at = now()
+      ping = open("/ping")
+      if ping then
+        active[ping] = { parts = {}, at = at, ping = true }
+      else
+        pings[#pings + 1] = math.huge   -- could not even connect
+      end
+      next_ping = t + 0.02
+    end
+    local set = {}
+    for c in pairs(active) do set[#set + 1] = c end
+    local readable = socket.select(set, nil, 0.005)
+    for _, c in ipairs(readable) do
+      local st = active[c]
+      local all = pump(c, st)
+      if all ~= nil then
+        active[c] = nil
+        if st.ping then
+          ping = nil
+          pings[#pings + 1] = all and now() - st.at or math.huge
+        else
+          n_active = n_active - 1
+          bodies[#bodies + 1] = all and all:match("\r\n\r\n(.*)$")
+            or "no answer"
+        end
+      end
+    end
+    for _, st in pairs(active) do
+      if now() - st.at > 10 then
+        return finish("no answer after 10 s")
+      end
+    end
+  end
+  return finish(nil)
+end
+
+local function quantile(sorted, q)
+  if #sorted == 0 then return 0 / 0 end
+  return sorted[math.max(1, math.ceil(q * #sorted))]
+end
+
+local function deadline_figures(bodies)
+  local f = { n = #bodies, reasons = {}, over = {}, attempts = 0,
+    min_attempts = math.huge, max_attempts = 0, late = 0, past = 0,
+    timeout_past = -math.huge, bad = {} }
+  for _, body in ipairs(bodies) do
+    local r = fields(body)
+    local total = tonumber(r.total)
+    local starts, timeouts = numbers(r.starts), numbers(r.timeouts)
+    if not total or #starts == 0 or #starts ~= #timeouts then
+      f.bad[#f.bad + 1] = body
+    else
+      f.reasons[r.reason] = (f.reasons[r.reason] or 0) + 1
+      f.over[#f.over + 1] = total - MAX_DURATION
+      if total > MAX_DURATION then f.past = f.past + 1 end
+      f.attempts = f.attempts + #starts
+      f.max_attempts = math.max(f.max_attempts, #starts)
+      f.min_attempts = math.min(f.min_attempts, #starts)
+      for i, s in ipairs(starts) do
+        if s >= 0.9 * MAX_DURATION then f.late = f.late + 1 end
+        f.timeout_past = math.max(f.timeout_past,
+          s + timeouts[i] - MAX_DURATION)
+      end
+    end
+  end
+  table.sort(f.over)
+  return f
+end
+
+local function deadline_checks(port)
+  local runs = {
+    { kind = "hang", total = 1000 },
+    { kind = "503", total = 300 },
+    { kind = "close", total = 300 },
+  }
+  local concurrency = 120
+  local all_pings = {}
+  for _, run in ipairs(runs) do
+    local kind = run.kind
+    local bodies, pings, err = load(port, "/deadline?up=" .. kind,
+      run.total, concurrency, 40)
+    for _, p in ipairs(pings) do all_pings[#all_pings + 1] = p end
+    if not check(err == nil and #bodies == run.total,
+        ("%s: %d requests, %d at a time, all answered"):format(kind,
+          run.total, concurrency), err) then
+      return
+    end
+    local f = deadline_figures(bodies)
+    local nreq = f.n - #f.bad
+    local reasons = {}
+    for k, v in pairs(f.reasons) do reasons[#reasons + 1] = k .. " " .. v end
+    check(#f.bad == 0 and f.reasons.max_actual_duration == nreq,
+      kind .. ": every request gave up, reason max_actual_duration",
+      table.concat(reasons, ", ") .. "\n" .. table.concat(f.bad, "\n"))
+    local p100 = f.over[#f.over]
+    local figures = ("%d requests; past the deadline: %d; by p50 %.1f ms, "
+      .. "p99 %.1f ms, p100 %.1f ms; attempts/request %.2f (max %d); in "
+      .. "the last 10%% of the budget %.2f/request; a timeout reaching "
+      .. "past the deadline by up to %.1f ms"):format(nreq, f.past,
+      quantile(f.over, 0.5) * 1e3, quantile(f.over, 0.99) * 1e3,
+      p100 * 1e3, f.attempts / nreq, f.max_attempts, f.late / nreq,
+      f.timeout_past * 1e3)
+    print("# " .. kind .. ": " .. figures)
+    check(f.min_attempts >= 2, kind .. ": every request retried (at "
+      .. "least 2 attempts)", "fewest attempts: " .. f.min_attempts)
+    check(p100 <= 0.010, kind .. ": no retry ran more than 10 ms past its "
+      .. "1 s deadline (p100)", figures)
+    check(f.timeout_past <= 0.001, kind .. ": no attempt's timeout reached "
+      .. "past the deadline", figures)
+    check(f.late / nreq <= 2, kind .. ": at most 2 attempts per request in "
+      .. "the last 10% of the budget, on average", figures)
+  end
+  table.sort(all_pings)
+  local pmax = all_pings[#all_pings] or math.huge
+  check(#all_pings >= 100 and pmax < 0.050,
+    "/ping answered in under 50 ms during the load", ("%d pings, p50 "
+    .. "%.1f ms, p99 %.1f ms, max %.1f ms"):format(#all_pings,
+    quantile(all_pings, 0.5) * 1e3, quantile(all_pings, 0.99) * 1e3,
+    pmax * 1e3))
+  print(("# /ping under load: %d pings, p50 %.1f ms, p99 %.1f ms, max "
+    .. "%.1f ms"):format(#all_pings, quantile(all_pings, 0.5) * 1e3,
+    quantile(all_pings, 0.99) * 1e3, pmax * 1e3))
+end
+
+-- warnings about ngx.sleep (a zero or sub-millisecond sleep)
+local function sleep_warnings()
+  local log = read_file(PREFIX .. "/logs/error.log")
+  local count, first = 0, nil
+  for line in log:gmatch("[^\n]+") do
+    if line:match("%[warn%]") and line:match("sleep") then
+      count = count + 1
+      first = first or line
+    end
+  end
+  return count, first
+end
+
 local function with_nginx(workers, fn)
   local port, err = start_nginx(workers)
   if not check(port ~= nil, ("nginx with %d worker(s) and the Lua module "
@@ -217,8 +409,12 @@ local function with_nginx(workers, fn)
   stop_nginx()
   local bad = errors_logged()
   check(#bad == 0, "nginx logged no error", table.concat(bad, "\n"))
+  local warned, first = sleep_warnings()
+  check(warned == 0, "nginx logged no warning about ngx.sleep",
+    warned .. " warnings, the first:\n" .. tostring(first))
 end
 
 with_nginx(1, one_worker_checks)
 with_nginx(2, two_worker_checks)
+with_nginx(2, deadline_checks)
 print("1.." .. n)

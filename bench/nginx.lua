@@ -1,0 +1,190 @@
+-- make bench-nginx: what backoff.retry costs a real nginx worker on the
+-- happy path.  One worker, two handlers doing the same trivial work
+-- (bench/nginx_app.lua): /retry through backoff.retry(policy, fn), /pcall
+-- through pcall(fn).  wrk drives each in turn for DURATION seconds,
+-- ROUNDS times, alternating; the worker's CPU time (utime + stime from
+-- /proc/<pid>/stat) over each run is divided by the requests wrk counted.
+-- nginx listens on 127.0.0.1 only, runs under `timeout` and is stopped
+-- by its pid at the end, also after an error.
+--   lua5.4 bench/nginx.lua ROOT [DURATION [ROUNDS]]
+local socket = require "socket"
+
+local ROOT = assert(arg[1], "usage: nginx.lua ROOT [DURATION [ROUNDS]]")
+local DURATION = tonumber(arg[2]) or 5
+local ROUNDS = tonumber(arg[3]) or 3
+local PREFIX = ROOT .. "/build/bench-nginx"
+local NGINX = os.getenv("NGINX") or "/usr/sbin/nginx"
+local WRK = os.getenv("WRK") or "wrk"
+local CONNECTIONS = 16
+
+local function sh(cmd)
+  local ok = os.execute(cmd)
+  return ok == true or ok == 0
+end
+
+local function read_file(path)
+  local f = io.open(path)
+  if not f then return "" end
+  local s = f:read("*a")
+  f:close()
+  return s
+end
+
+local function capture(cmd)
+  local p = assert(io.popen(cmd))
+  local s = p:read("*a")
+  p:close()
+  return s
+end
+
+local function free_port()
+  local s = assert(socket.bind("127.0.0.1", 0))
+  local _, port = s:getsockname()
+  s:close()
+  return port
+end
+
+local function get(port, path)
+  local c = socket.tcp()
+  c:settimeout(5)
+  if not c:connect("127.0.0.1", port) then return nil end
+  c:send("GET " .. path .. " HTTP/1.0\r\nHost: localhost\r\n\r\n")
+  local all = c:receive("*a")
+  c:close()
+  return all and all:match("\r\n\r\n(.*)$")
+end
+
+local function start_nginx()
+  local port = free_port()
+  sh("rm -rf '" .. PREFIX .. "' && mkdir -p '" .. PREFIX .. "/conf' '"
+     .. PREFIX .. "/logs'")
+  local conf = read_file(ROOT .. "/bench/nginx.conf.in")
+    :gsub("@ROOT@", ROOT):gsub("@PORT@", tostring(port))
+  local f = assert(io.open(PREFIX .. "/conf/nginx.conf", "w"))
+  f:write(conf)
+  f:close()
+  local limit = math.ceil(DURATION * ROUNDS * 2 + 60)
+  sh(("timeout %d %s -p '%s/' -c conf/nginx.conf -g 'daemon off;' "
+      .. ">'%s/logs/stdout' 2>&1 &"):format(limit, NGINX, PREFIX, PREFIX))
+  for _ = 1, 100 do
+    local pid = get(port, "/pid")
+    if pid then return port, assert(tonumber(pid:match("%d+"))) end
+    socket.sleep(0.05)
+  end
+  error("nginx did not start:\n" .. read_file(PREFIX .. "/logs/stdout")
+        .. read_file(PREFIX .. "/logs/error.log"))
+end
+
+local function stop_nginx()
+  local pid = read_file(PREFIX .. "/logs/nginx.pid"):match("%d+")
+  if not pid then return end
+  sh("kill -QUIT " .. pid .. " 2>/dev/null")
+  for _ = 1, 100 do
+    if not sh("kill -0 " .. pid .. " 2>/dev/null") then return end
+    socket.sleep(0.05)
+  end
+  sh("kill -KILL " .. pid .. " 2>/dev/null")
+end
+
+local TICK = tonumber(capture("getconf CLK_TCK")) or 100
+
+-- utime + stime of a process, in seconds
+local function cpu_time(pid)
+  local stat = read_file("/proc/" .. pid .. "/stat")
+  -- fields after the command name (which may hold spaces): state is 3
+  local rest = assert(stat:match("%) (.*)$"), "no /proc/" .. pid .. "/stat")
+  local f = {}
+  for x in rest:gmatch("%S+") do f[#f + 1] = x end
+  return (tonumber(f[12]) + tonumber(f[13])) / TICK  -- fields 14 and 15
+end
+
+-- one wrk run; returns requests served, requests/s, worker CPU seconds
+local function run(port, worker, path, seconds)
+  local before = cpu_time(worker)
+  local out = capture(("%s -t1 -c%d -d%ds http://127.0.0.1:%d%s 2>&1")
+    :format(WRK, CONNECTIONS, seconds, port, path))
+  local after = cpu_time(worker)
+  local requests = tonumber(out:match("(%d+) requests in"))
+  local rps = tonumber(out:match("Requests/sec:%s*([%d.]+)"))
+  if not requests or not rps or out:match("Non%-2xx")
+     or out:match("Socket errors") then
+    error("wrk on " .. path .. " failed:\n" .. out)
+  end
+  return requests, rps, after - before
+end
+
+local function median(list)
+  local t = {}
+  for i, x in ipairs(list) do t[i] = x end
+  table.sort(t)
+  local m = (#t + 1) / 2
+  return (t[math.floor(m)] + t[math.ceil(m)]) / 2
+end
+
+local function bench(port, worker)
+  print(("nginx 1 worker (pid %d), wrk -t1 -c%d, %d s per run, %d "
+    .. "rounds, CPU from /proc (%d ticks/s)"):format(worker, CONNECTIONS,
+    DURATION, ROUNDS, TICK))
+  print("load average before: " .. read_file("/proc/loadavg"):gsub("\n", ""))
+  -- warm up (JIT traces, connection pools) before measuring
+  run(port, worker, "/retry", 1)
+  run(port, worker, "/pcall", 1)
+  local cpu_ratios, rps_ratios = {}, {}
+  local pooled = { ["/retry"] = { n = 0, cpu = 0 },
+                   ["/pcall"] = { n = 0, cpu = 0 } }
+  print(("%-6s %-7s %10s %10s %12s"):format("round", "handler",
+    "requests", "req/s", "CPU us/req"))
+  for round = 1, ROUNDS do
+    -- alternate which handler goes first
+    local order = round % 2 == 1 and { "/retry", "/pcall" }
+                                  or { "/pcall", "/retry" }
+    local this = {}
+    for _, path in ipairs(order) do
+      local n, rps, cpu = run(port, worker, path, DURATION)
+      this[path] = { cpu = cpu / n, rps = rps }
+      pooled[path].n = pooled[path].n + n
+      pooled[path].cpu = pooled[path].cpu + cpu
+      print(("%-6d %-7s %10d %10.0f %12.2f"):format(round, path, n, rps,
+        cpu / n * 1e6))
+    end
+    cpu_ratios[round] = this["/retry"].cpu / this["/pcall"].cpu
+    rps_ratios[round] = this["/retry"].rps / this["/pcall"].rps
+  end
+  local r = pooled["/retry"].cpu / pooled["/retry"].n
+  local p = pooled["/pcall"].cpu / pooled["/pcall"].n
+  local function list(t)
+    local out = {}
+    for i, x in ipairs(t) do out[i] = ("%.3f"):format(x) end
+    return table.concat(out, " ")
+  end
+  print(("worker CPU per request: /retry %.2f us, /pcall %.2f us "
+    .. "(all rounds), %+.2f us per request"):format(r * 1e6, p * 1e6,
+    (r - p) * 1e6))
+  print(("worker CPU per request, retry / pcall: %.3f (median of the "
+    .. "rounds: %s; target <= 1.05)"):format(median(cpu_ratios),
+    list(cpu_ratios)))
+  print(("requests/s, retry / pcall: %.3f (median of the rounds: %s)")
+    :format(median(rps_ratios), list(rps_ratios)))
+end
+
+local ok, err = pcall(function()
+  local port, worker = start_nginx()
+  bench(port, worker)
+end)
+stop_nginx()
+local bad = {}
+for line in read_file(PREFIX .. "/logs/error.log"):gmatch("[^\n]+") do
+  if line:match("%[error%]") or line:match("%[alert%]")
+     or line:match("%[crit%]") or line:match("%[emerg%]") then
+    bad[#bad + 1] = line
+  end
+end
+if not ok then
+  io.stderr:write("bench-nginx: ", tostring(err), "\n")
+  os.exit(1)
+end
+if #bad > 0 then
+  io.stderr:write("bench-nginx: nginx logged errors:\n",
+    table.concat(bad, "\n"), "\n")
+  os.exit(1)
+end

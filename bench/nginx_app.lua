@@ -1,0 +1,31 @@
+-- The handlers of `make bench-nginx` (bench/nginx.lua): the same
+-- trivial operation called through backoff.retry and through pcall.
+-- luacheck: read globals ngx
+local backoff = require "backoff"
+
+local M = {}
+local policy
+
+-- README's OpenResty policy, built once in init_by_lua (before the fork)
+function M.init()
+  policy = backoff.exponential { initial_delay = 0.05, max_delay = 1,
+    jitter = "full", max_attempts = 5, max_actual_duration = 3,
+    adjust_timeout_factor = 0.5, min_adjust_timeout = 0.2 }
+end
+
+-- the operation: succeeds at once
+local function op(attempt, timeout)  -- luacheck: ignore 212
+  return "ok"
+end
+
+function M.retry()
+  local body = backoff.retry(policy, op)
+  ngx.say(body)
+end
+
+function M.pcall()
+  local _, body = pcall(op, 1, nil)
+  ngx.say(body)
+end
+
+return M
