@@ -370,5 +370,7 @@ methods.retry = runner(true)
 -- by nginx workers, and the balancer_by_lua helper
 M.budget = require "backoff.budget"
 M.balancer = require "backoff.balancer"
+-- the server's hint: HTTP Retry-After -> seconds (RFC 9110 10.2.3)
+M.retry_after = require "backoff.retry_after"
 
 return M

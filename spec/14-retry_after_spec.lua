@@ -509,3 +509,13 @@ describe("retry_after", function()
     end
   end)
 end)
+
+describe("backoff.retry_after", function()
+  it("is the parser, reachable from the module", function()
+    local backoff = require "backoff"
+    assert.equal(require "backoff.retry_after", backoff.retry_after)
+    assert.equal(120, backoff.retry_after("120"))
+    assert.equal(120, backoff.retry_after("Sun, 06 Nov 1994 08:49:37 GMT",
+      784111657))
+  end)
+end)
