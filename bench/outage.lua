@@ -46,7 +46,7 @@
 -- jitter from seeded backoff objects, so the figures are the same on
 -- every Lua.
 local backoff = require "backoff"
-local new_budget = backoff.budget or require("backoff.core").budget
+local new_budget = backoff.budget
 
 local function option(name, default)
   for i = 1, #arg - 1 do
