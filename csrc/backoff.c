@@ -430,7 +430,8 @@ static int record(backoff_t *b, double ts, double raw, double hint,
 }
 
 /* a failure with hint (0: none; finite and >= 0, checked by callers) */
-static int failure(backoff_t *b, double ts, double hint, backoff_result *r) {
+static inline int failure(backoff_t *b, double ts, double hint,
+                          backoff_result *r) {
   const backoff_config *c = &b->cfg;
   ts = effective_ts(b, ts);
   /* step 1; a duration give-up lasts (timestamps may step back) */

@@ -13,6 +13,7 @@
 #ifndef LBACKOFF_H
 #define LBACKOFF_H
 
+#include <float.h>
 #include <stdint.h>
 
 #include "lua.h"
@@ -102,9 +103,20 @@ typedef struct lbackoff_object {
 
 /* lbackoff_env.c */
 double lbackoff_monotonic(void);
-int lbackoff_is_finite(double v);
 lbackoff_state *lbackoff_push_state(lua_State *L);
-uint32_t lbackoff_tag(lbackoff_state *st);
+uint32_t lbackoff_tag_slow(lbackoff_state *st);
+
+/* inline: both are on the path of every failure()/success() */
+static inline int lbackoff_is_finite(double v) {
+  return v == v && v <= DBL_MAX && v >= -DBL_MAX;
+}
+
+/* changes in a forked child: one load where the kernel can wipe a page
+   (the page reads 0 in a new child), else getpid() */
+static inline uint32_t lbackoff_tag(lbackoff_state *st) {
+  uint32_t tag = st->wipe != NULL ? *st->wipe : 0;
+  return tag != 0 ? tag : lbackoff_tag_slow(st);
+}
 uint64_t lbackoff_new_seed(lbackoff_state *st, uint32_t *tag);
 void lbackoff_fresh_stream(lbackoff_object *o);
 int lbackoff_now(lua_State *L);

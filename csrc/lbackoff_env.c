@@ -23,19 +23,10 @@ double lbackoff_monotonic(void) {
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-int lbackoff_is_finite(double v) {
-  return v == v && v <= DBL_MAX && v >= -DBL_MAX;
-}
-
-/* changes in a forked child: one load where the kernel can wipe a page */
-uint32_t lbackoff_tag(lbackoff_state *st) {
-  uint32_t tag;
-  if (st->wipe == NULL) return (uint32_t)getpid();
-  tag = *st->wipe;
-  if (tag == 0) {             /* first use in this process */
-    tag = (uint32_t)getpid();
-    *st->wipe = tag;
-  }
+/* the process's tag, the first time it is asked for in this process */
+uint32_t lbackoff_tag_slow(lbackoff_state *st) {
+  uint32_t tag = (uint32_t)getpid();
+  if (st->wipe != NULL) *st->wipe = tag;
   return tag;
 }
 
