@@ -10,65 +10,12 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "lua.h"
-#include "lauxlib.h"
-
 #include "backoff_budget.h"
+#include "lbackoff.h"     /* compatibility, lbackoff_repr, argerror */
 #include "lbudget.h"
-
-#if LUA_VERSION_NUM == 501
-#define lua_rawlen(L, i) lua_objlen(L, i)
-#endif
-#if LUA_VERSION_NUM < 504
-#define lua_newuserdatauv(L, sz, nuv) lua_newuserdata(L, sz)
-#endif
 
 #define LBUDGET_MT "backoff.Budget"
 #define LBUDGET_RULE "an integer >= 0 and <= 2^53"
-
-/* push count v as an integer where Lua has them, else as a number */
-static void lbudget_push(lua_State *L, uint64_t v) {
-#if LUA_VERSION_NUM >= 503
-  lua_pushinteger(L, (lua_Integer)v);
-#else
-  lua_pushnumber(L, (lua_Number)v);
-#endif
-}
-
-/* push a short description of the value at idx: -1, 'text', table */
-static const char *lbudget_repr(lua_State *L, int idx) {
-  switch (lua_type(L, idx)) {
-    case LUA_TNUMBER:
-      if (lua_tonumber(L, idx) != lua_tonumber(L, idx))
-        return lua_pushfstring(L, "nan");
-      lua_pushvalue(L, idx);  /* convert a copy, never the original */
-      return lua_tostring(L, -1);
-    case LUA_TSTRING:
-      return lua_pushfstring(L, "'%s'", lua_tostring(L, idx));
-    case LUA_TBOOLEAN:
-      return lua_pushfstring(L, "%s", lua_toboolean(L, idx) ? "true"
-                                                             : "false");
-    default:
-      return lua_pushfstring(L, "%s", luaL_typename(L, idx));
-  }
-}
-
-/*
-** luaL_argerror with the method's name given (Lua's debug information
-** has none for pcall(bud.withdraw, bud, x)); same wording and numbering
-** as luaL_argerror: a method call counts self as argument 0.
-*/
-static int lbudget_argerror(lua_State *L, int arg, const char *fname,
-                            const char *msg) {
-  lua_Debug ar;
-  if (lua_getstack(L, 0, &ar) && lua_getinfo(L, "n", &ar) &&
-      ar.namewhat != NULL && strcmp(ar.namewhat, "method") == 0) {
-    arg--;
-    if (arg == 0)
-      return luaL_error(L, "calling '%s' on bad self (%s)", fname, msg);
-  }
-  return luaL_error(L, "bad argument #%d to '%s' (%s)", arg, fname, msg);
-}
 
 /*
 ** The budget at index 1, else raise: a full userdata of our size with
@@ -85,8 +32,8 @@ static backoff_budget *lbudget_self(lua_State *L, const char *method) {
     lua_pop(L, 2);
   }
   if (!ok)
-    lbudget_argerror(L, 1, method, lua_pushfstring(L,
-      LBUDGET_MT " expected, got %s", lbudget_repr(L, 1)));
+    lbackoff_argerror(L, 1, method, lua_pushfstring(L,
+      LBUDGET_MT " expected, got %s", lbackoff_repr(L, 1)));
   return (backoff_budget *)p;
 }
 
@@ -97,8 +44,8 @@ static uint64_t lbudget_count_arg(lua_State *L, const char *method,
   if (lua_isnoneornil(L, 2)) return dflt;
   if (lua_type(L, 2) != LUA_TNUMBER ||
       backoff_budget_count(lua_tonumber(L, 2), &v) != BACKOFF_BUDGET_OK)
-    lbudget_argerror(L, 2, method, lua_pushfstring(L,
-      "%s must be " LBUDGET_RULE " (got %s)", name, lbudget_repr(L, 2)));
+    lbackoff_argerror(L, 2, method, lua_pushfstring(L,
+      "%s must be " LBUDGET_RULE " (got %s)", name, lbackoff_repr(L, 2)));
   return v;
 }
 
@@ -115,27 +62,27 @@ static int lbudget_deposit(lua_State *L) {
   backoff_budget *b = lbudget_self(L, "deposit");
   uint64_t n = lbudget_count_arg(L, "deposit", "n", b->refund);
   backoff_budget_deposit(b, n);   /* n is in range: cannot fail */
-  lbudget_push(L, backoff_budget_tokens(b));
+  lbackoff_push_count(L, backoff_budget_tokens(b));
   return 1;
 }
 
 static int lbudget_tokens(lua_State *L) {
-  lbudget_push(L, backoff_budget_tokens(lbudget_self(L, "tokens")));
+  lbackoff_push_count(L, backoff_budget_tokens(lbudget_self(L, "tokens")));
   return 1;
 }
 
 static int lbudget_capacity(lua_State *L) {
-  lbudget_push(L, lbudget_self(L, "capacity")->capacity);
+  lbackoff_push_count(L, lbudget_self(L, "capacity")->capacity);
   return 1;
 }
 
 static int lbudget_cost(lua_State *L) {
-  lbudget_push(L, lbudget_self(L, "cost")->cost);
+  lbackoff_push_count(L, lbudget_self(L, "cost")->cost);
   return 1;
 }
 
 static int lbudget_refund(lua_State *L) {
-  lbudget_push(L, lbudget_self(L, "refund")->refund);
+  lbackoff_push_count(L, lbudget_self(L, "refund")->refund);
   return 1;
 }
 
@@ -156,12 +103,21 @@ static int lbudget_gc(lua_State *L) {
   return 0;
 }
 
+/* is the key below the top exactly name (a NUL inside never matches) */
+static int key_is(lua_State *L, const char *name) {
+  size_t len;
+  const char *k;
+  if (lua_type(L, -2) != LUA_TSTRING) return 0;
+  k = lua_tolstring(L, -2, &len);
+  return len == strlen(name) && memcmp(k, name, len) == 0;
+}
+
 /* read option value (on top) of the option called name into *out */
 static void lbudget_option(lua_State *L, const char *name, uint64_t *out) {
   if (lua_type(L, -1) != LUA_TNUMBER ||
       backoff_budget_count(lua_tonumber(L, -1), out) != BACKOFF_BUDGET_OK)
     luaL_error(L, "backoff.budget: option '%s' must be " LBUDGET_RULE
-               " (got %s)", name, lbudget_repr(L, -1));
+               " (got %s)", name, lbackoff_repr(L, -1));
 }
 
 /*
@@ -181,15 +137,11 @@ static int lbudget_new(lua_State *L) {
     lua_pushnil(L);
     while (lua_next(L, 1)) {   /* key, value */
       for (i = 0; i < 3; i++)
-        if (lua_type(L, -2) == LUA_TSTRING &&
-            strcmp(lua_tostring(L, -2), names[i]) == 0)
+        if (key_is(L, names[i]))
           break;
       if (i == 3)
-        luaL_error(L, lua_type(L, -2) == LUA_TSTRING
-                        ? "backoff.budget: unknown option '%s'"
-                        : "backoff.budget: unknown option %s",
-                   lua_type(L, -2) == LUA_TSTRING ? lua_tostring(L, -2)
-                                                  : lbudget_repr(L, -2));
+        luaL_error(L, "backoff.budget: unknown option %s",
+                   lbackoff_repr(L, -2));
       lbudget_option(L, names[i], &v[i]);
       lua_pop(L, 1);
     }
@@ -211,14 +163,6 @@ static const luaL_Reg lbudget_methods[] = {
   { NULL, NULL }
 };
 
-/* set the functions of l into the table on top (no upvalues) */
-static void lbudget_setfuncs(lua_State *L, const luaL_Reg *l) {
-  for (; l->name != NULL; l++) {
-    lua_pushcfunction(L, l->func);
-    lua_setfield(L, -2, l->name);
-  }
-}
-
 void lbackoff_open_budget(lua_State *L) {
   /* built once per lua_State: a second load of the module shares it */
   if (luaL_newmetatable(L, LBUDGET_MT)) {
@@ -227,7 +171,7 @@ void lbackoff_open_budget(lua_State *L) {
     lua_setfield(L, -2, "__name");
 #endif
     lua_newtable(L);
-    lbudget_setfuncs(L, lbudget_methods);
+    luaL_setfuncs(L, lbudget_methods, 0);
     lua_setfield(L, -2, "__index");
     lua_pushcfunction(L, lbudget_tostring);
     lua_setfield(L, -2, "__tostring");
