@@ -200,7 +200,6 @@ typedef struct backoff_option {
 
 /* The rows, ended by a row whose name is NULL. */
 extern const backoff_option backoff_options[];
-BACKOFF_API int backoff_noptions(void);
 
 /* Everything an options list sets, before an object exists. */
 typedef struct backoff_setup {

@@ -113,10 +113,6 @@ const backoff_option backoff_options[] = {
 typedef char row_count_matches[
   sizeof backoff_options / sizeof backoff_options[0] == O_COUNT + 1 ? 1 : -1];
 
-BACKOFF_API int backoff_noptions(void) {
-  return O_COUNT;
-}
-
 /* ----------------------------------------------------------------- */
 /* values                                                            */
 /* ----------------------------------------------------------------- */
@@ -244,11 +240,12 @@ static int store(backoff_setup *t, const backoff_option *o,
   }
 }
 
-static int rule_problem(backoff_problem *p, int option) {
+/* fill *p (when not NULL); returns BACKOFF_EINVAL */
+static int problem(backoff_problem *p, int kind, int option, int other) {
   if (p) {
-    p->kind = BACKOFF_P_RULE;
+    p->kind = kind;
     p->option = option;
-    p->other = -1;
+    p->other = other;
     p->jitter = -1;
   }
   return BACKOFF_EINVAL;
@@ -260,10 +257,10 @@ BACKOFF_API int backoff_setup_set(backoff_setup *s, int option,
   backoff_setup t;
   if (option < 0 || option >= O_COUNT ||
       !accepts(&backoff_options[option], s->config.strategy))
-    return rule_problem(p, option);
+    return problem(p, BACKOFF_P_RULE, option, -1);
   o = &backoff_options[option];
   t = *s;
-  if (store(&t, o, v) != 0) return rule_problem(p, option);
+  if (store(&t, o, v) != 0) return problem(p, BACKOFF_P_RULE, option, -1);
   if (o->flag >= 0) *(unsigned char *)field_of(&t, o->flag) = 1;
   t.given |= (uint32_t)1 << option;
   *s = t;
@@ -276,14 +273,6 @@ BACKOFF_API int backoff_setup_set(backoff_setup *s, int option,
 
 static int given(const backoff_setup *s, int option) {
   return (s->given >> option) & 1u;
-}
-
-static int problem(backoff_problem *p, int kind, int option, int other) {
-  p->kind = kind;
-  p->option = option;
-  p->other = other;
-  p->jitter = -1;
-  return BACKOFF_EINVAL;
 }
 
 /* an alias given with an option it stands for is an error naming
