@@ -25,13 +25,11 @@ void lbackoff_push_names(lua_State *L, int s) {
     }
 }
 
-/* the first row of kind k (the binding holds the values of these) */
-static int row_of_kind(int k) {
-  int i;
-  for (i = 0; backoff_options[i].name != NULL; i++)
-    if (backoff_options[i].kind == k) return i;
-  return -1;
-}
+/* what the options gave that the binding itself holds or acts on */
+typedef struct held {
+  unsigned char flags;    /* LB_SEEDED, LB_HAS_START, LB_HAS_CLOCK */
+  int clock;              /* the row of the clock, when given */
+} held;
 
 /* the one place where a core problem becomes a Lua error; the value
    quoted (when the problem quotes one) is at value_idx */
@@ -78,9 +76,9 @@ static void value_at(lua_State *L, int idx, backoff_value *v) {
 
 /* key at -2, value at -1: check it into *su (names: the strategy's
    option names -> rows); values the binding holds (start, clock) go to
-   the side table at side (made on first need) */
+   the side table at side (made on first need), and *h notes them */
 static void read_option(lua_State *L, int s, int names, backoff_setup *su,
-                        int side) {
+                        int side, held *h) {
   backoff_value v;
   backoff_problem p;
   int row, kind;
@@ -95,6 +93,12 @@ static void read_option(lua_State *L, int s, int names, backoff_setup *su,
   if (backoff_setup_set(su, row, &v, &p) != BACKOFF_OK)
     raise_problem(L, s, &p, -1);
   kind = backoff_options[row].kind;
+  if (kind == BACKOFF_K_SEED) h->flags |= LB_SEEDED;
+  if (kind == BACKOFF_K_START) h->flags |= LB_HAS_START;
+  if (kind == BACKOFF_K_FUNCTION) {
+    h->flags |= LB_HAS_CLOCK;
+    h->clock = row;
+  }
   if (kind == BACKOFF_K_START || kind == BACKOFF_K_FUNCTION) {
     if (lua_isnil(L, side)) {
       lua_createtable(L, 0, 2);
@@ -108,35 +112,35 @@ static void read_option(lua_State *L, int s, int names, backoff_setup *su,
 /* the start time: the start option, else the clock's now (the clock
    may raise or misbehave: nothing is allocated yet) */
 static double start_of(lua_State *L, int s, const backoff_setup *su,
-                       int side) {
-  int start = row_of_kind(BACKOFF_K_START);
-  int clock = row_of_kind(BACKOFF_K_FUNCTION);
+                       int side, const held *h) {
   double t;
-  if ((su->given >> start) & 1u) return su->start;
-  if (!((su->given >> clock) & 1u)) return lbackoff_monotonic();
-  lua_getfield(L, side, backoff_options[clock].name);
+  if (h->flags & LB_HAS_START) return su->start;
+  if (!(h->flags & LB_HAS_CLOCK)) return lbackoff_monotonic();
+  lua_getfield(L, side, backoff_options[h->clock].name);
   lua_call(L, 0, 1);
   t = lua_tonumber(L, -1);
   if (lua_type(L, -1) != LUA_TNUMBER || !lbackoff_is_finite(t))
     luaL_error(L, "backoff.%s: option '%s' must return a finite number "
                "(got %s)", backoff_strategy_name(s),
-               backoff_options[clock].name, lbackoff_repr(L, -1));
+               backoff_options[h->clock].name, lbackoff_repr(L, -1));
   lua_pop(L, 1);
   return t;
 }
 
 /* the options table at idx, checked; the side table is left at side */
 static void read_options(lua_State *L, int s, int idx, int names,
-                         backoff_setup *su, int side) {
+                         backoff_setup *su, int side, held *h) {
   backoff_problem p;
   backoff_setup_init(su, s);
+  h->flags = 0;
+  h->clock = -1;
   if (!lua_isnoneornil(L, idx)) {
     if (!lua_istable(L, idx))
       luaL_error(L, "backoff.%s: options must be a table (got %s)",
                  backoff_strategy_name(s), luaL_typename(L, idx));
     lua_pushnil(L);
     while (lua_next(L, idx)) {    /* key, value */
-      read_option(L, s, names, su, side);
+      read_option(L, s, names, su, side, h);
       lua_pop(L, 1);
     }
   }
@@ -152,23 +156,20 @@ static void read_options(lua_State *L, int s, int idx, int names,
 /* backoff.<s>(opts at idx), names as in read_option */
 int lbackoff_construct(lua_State *L, int s, int idx, int names) {
   backoff_setup su;
+  held h;
   lbackoff_object *o;
   double start;
-  int side, seeded;
+  int side;
   lua_pushnil(L);                 /* the side table, if any */
   side = lua_gettop(L);
-  read_options(L, s, idx, names, &su, side);
-  start = start_of(L, s, &su, side);
-  seeded = (su.given >> row_of_kind(BACKOFF_K_SEED)) & 1u;
+  read_options(L, s, idx, names, &su, side, &h);
+  start = start_of(L, s, &su, side, &h);
   o = lbackoff_newud(L, !lua_isnil(L, side));
-  if (!seeded) su.seed = lbackoff_new_seed(o->owner, &o->tag);
+  if (!(h.flags & LB_SEEDED)) su.seed = lbackoff_new_seed(o->owner, &o->tag);
   else o->tag = lbackoff_tag(o->owner);
   backoff_init(&o->core, &su.config, start, su.seed, NULL); /* checked */
   o->flags = (unsigned char)
-    ((seeded ? LB_SEEDED : 0) |
-     (backoff_config_draws(&su.config) ? LB_DRAWS : 0) |
-     ((su.given >> row_of_kind(BACKOFF_K_FUNCTION)) & 1u ? LB_HAS_CLOCK : 0) |
-     ((su.given >> row_of_kind(BACKOFF_K_START)) & 1u ? LB_HAS_START : 0));
+    (h.flags | (backoff_config_draws(&su.config) ? LB_DRAWS : 0));
   if (!lua_isnil(L, side)) {
     o->flags |= LB_SIDE;
     lua_pushvalue(L, side);
