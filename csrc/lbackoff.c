@@ -151,16 +151,22 @@ static inline int push_result(lua_State *L, const backoff_result *r) {
   return 2;
 }
 
-/* b:failure([ts] [, hint]) and b:success([ts]): every argument is
-   checked before anything changes */
-static inline int operate(lua_State *L, int op, const char *method) {
+/* a failure (self [, ts] [, hint]) or success (self [, ts]) into *r:
+   every argument is checked before anything changes */
+static inline void operate_into(lua_State *L, int op, const char *method,
+                                backoff_result *r) {
   lbackoff_state *st = (lbackoff_state *)lua_touserdata(L, UV_STATE);
   lbackoff_object *o = self_st(L, 1, st, method);
   double hint = op == LB_OP_FAILURE && lua_gettop(L) > 2
                   ? hint_arg(L, 3, method) : 0;
   double ts = time_arg(L, 2, o, method);
+  lbackoff_step(o, op, ts, hint, r);
+}
+
+/* b:failure([ts] [, hint]) and b:success([ts]) */
+static inline int operate(lua_State *L, int op, const char *method) {
   backoff_result r;
-  lbackoff_step(o, op, ts, hint, &r);
+  operate_into(L, op, method, &r);
   return push_result(L, &r);
 }
 
@@ -175,12 +181,9 @@ static int m_success(lua_State *L) {
 /* core._failure(b, ts, hint): delay, timeout (or nil), own; or nil,
    reason -- the runner's view of a failure (see lua/backoff.lua) */
 static int f_failure(lua_State *L) {
-  lbackoff_object *o = self(L, "_failure");
-  double hint = hint_arg(L, 3, "_failure");
-  double ts = time_arg(L, 2, o, "_failure");
   backoff_result r;
   int n;
-  lbackoff_step(o, LB_OP_FAILURE, ts, hint, &r);
+  operate_into(L, LB_OP_FAILURE, "_failure", &r);
   n = push_result(L, &r);
   if (r.give_up != BACKOFF_CONTINUE) return n;
   if (n == 1) lua_pushnil(L);
