@@ -185,12 +185,8 @@ local function next_attempt(st, err)
       return nil, err, "max_actual_duration"
     end
   end
-  local cost = st.cost
-  if bud then
-    local ok
-    if cost then ok = bud:withdraw(cost) else ok = bud:withdraw() end
-    if not ok then return nil, err, "budget" end
-  end
+  -- st.cost nil: the budget's own cost (nil counts as no argument)
+  if bud and not bud:withdraw(st.cost) then return nil, err, "budget" end
   if st.on_retry then st.on_retry(err, delay, attempt) end
   st.sleep(delay)
   local timeout = st.timeout
@@ -198,9 +194,7 @@ local function next_attempt(st, err)
   if deadline then                  -- sleeps overshoot: look again
     local left = deadline - core_now(b)
     if left <= 0 or left < min_attempt then
-      if bud then                     -- the retry paid for is not made
-        if cost then bud:deposit(cost) else bud:deposit() end
-      end
+      if bud then bud:deposit(st.cost) end  -- the retry paid for is not made
       return nil, err, "max_actual_duration"
     end
     if timeout ~= nil and timeout > left then timeout = left end
@@ -214,10 +208,7 @@ end
 after_retry = function(st, ok, r1, ...)
   if ok and r1 then
     local bud = st.bud
-    if bud then
-      local cost = st.cost
-      if cost then bud:deposit(cost) else bud:deposit() end
-    end
+    if bud then bud:deposit(st.cost) end
     return r1, ...
   end
   local err = r1

@@ -4,7 +4,7 @@
 -- table of backoff.core (lua/backoff.lua does this once, at load).
 --
 -- Under LuaJIT, b:failure() and b:success() go through the FFI to
--- lbackoff_ffi_step (see csrc/lbackoff.c): the JIT compiles that into a
+-- lbackoff_ffi_step (see csrc/lbackoff_ffi.c): the JIT compiles that into a
 -- direct call, where calling a Lua C function ends the trace.  Only
 -- objects in the module's own weak set are passed; anything the step
 -- does not handle (a bad argument, a Lua clock, a hint) runs the C
