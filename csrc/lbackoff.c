@@ -153,8 +153,8 @@ static inline int push_result(lua_State *L, const backoff_result *r) {
 
 /* a failure (self [, ts] [, hint]) or success (self [, ts]) into *r:
    every argument is checked before anything changes */
-static inline void operate_into(lua_State *L, int op, const char *method,
-                                backoff_result *r) {
+LBACKOFF_HOT void operate_into(lua_State *L, int op, const char *method,
+                               backoff_result *r) {
   lbackoff_state *st = (lbackoff_state *)lua_touserdata(L, UV_STATE);
   lbackoff_object *o = self_st(L, 1, st, method);
   double hint = op == LB_OP_FAILURE && lua_gettop(L) > 2

@@ -152,18 +152,23 @@ void lbackoff_push_ffi_token(lua_State *L);
 #define LB_OP_FAILURE 0
 #define LB_OP_SUCCESS 1
 
-/* one failure or success at a finite ts with a valid hint (the core
-   cannot fail then), after the fork check: the one path of both
-   methods and the FFI */
-static inline void lbackoff_step(lbackoff_object *o, int op, double ts,
-                                 double hint, backoff_result *r) {
+/* on the path of every method call: inlined where it is used */
+#if defined(__GNUC__)
+#define LBACKOFF_HOT static inline __attribute__((always_inline))
+#else
+#define LBACKOFF_HOT static inline
+#endif
+
+/* one failure or success at a finite ts with a valid hint (0: none;
+   the core cannot fail then), after the fork check: the one path of
+   both methods and the FFI */
+LBACKOFF_HOT void lbackoff_step(lbackoff_object *o, int op, double ts,
+                                double hint, backoff_result *r) {
   lbackoff_forkcheck(o);
   if (op == LB_OP_SUCCESS)
     backoff_success(&o->core, ts, r);
-  else if (hint > 0)
-    backoff_failure_hint(&o->core, ts, hint, r);
   else
-    backoff_failure(&o->core, ts, r);
+    backoff_failure_hint(&o->core, ts, hint, r);
 }
 
 #endif
