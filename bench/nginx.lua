@@ -7,28 +7,14 @@
 -- nginx listens on 127.0.0.1 only, runs under `timeout` and is stopped
 -- by its pid at the end, also after an error.
 --   lua5.4 bench/nginx.lua ROOT [DURATION [ROUNDS]]
-local socket = require "socket"
-
 local ROOT = assert(arg[1], "usage: nginx.lua ROOT [DURATION [ROUNDS]]")
+local H = dofile(ROOT .. "/spec/nginx/harness.lua")
 local DURATION = tonumber(arg[2]) or 5
 local ROUNDS = tonumber(arg[3]) or 3
 local PREFIX = ROOT .. "/build/bench-nginx"
-local NGINX = os.getenv("NGINX") or "/usr/sbin/nginx"
 local WRK = os.getenv("WRK") or "wrk"
 local CONNECTIONS = 16
-
-local function sh(cmd)
-  local ok = os.execute(cmd)
-  return ok == true or ok == 0
-end
-
-local function read_file(path)
-  local f = io.open(path)
-  if not f then return "" end
-  local s = f:read("*a")
-  f:close()
-  return s
-end
+local read_file = H.read_file
 
 local function capture(cmd)
   local p = assert(io.popen(cmd))
@@ -37,53 +23,17 @@ local function capture(cmd)
   return s
 end
 
-local function free_port()
-  local s = assert(socket.bind("127.0.0.1", 0))
-  local _, port = s:getsockname()
-  s:close()
-  return port
-end
-
-local function get(port, path)
-  local c = socket.tcp()
-  c:settimeout(5)
-  if not c:connect("127.0.0.1", port) then return nil end
-  c:send("GET " .. path .. " HTTP/1.0\r\nHost: localhost\r\n\r\n")
-  local all = c:receive("*a")
-  c:close()
-  return all and all:match("\r\n\r\n(.*)$")
-end
-
+-- returns the port and the pid of the only worker (it answers /pid)
 local function start_nginx()
-  local port = free_port()
-  sh("rm -rf '" .. PREFIX .. "' && mkdir -p '" .. PREFIX .. "/conf' '"
-     .. PREFIX .. "/logs'")
-  local conf = read_file(ROOT .. "/bench/nginx.conf.in")
-    :gsub("@ROOT@", ROOT):gsub("@PORT@", tostring(port))
-  local f = assert(io.open(PREFIX .. "/conf/nginx.conf", "w"))
-  f:write(conf)
-  f:close()
+  local port = H.free_port()
   local limit = math.ceil(DURATION * ROUNDS * 2 + 60)
-  sh(("timeout %d %s -p '%s/' -c conf/nginx.conf -g 'daemon off;' "
-      .. ">'%s/logs/stdout' 2>&1 &"):format(limit, NGINX, PREFIX, PREFIX))
-  for _ = 1, 100 do
-    local pid = get(port, "/pid")
-    if pid then return port, assert(tonumber(pid:match("%d+"))) end
-    socket.sleep(0.05)
-  end
-  error("nginx did not start:\n" .. read_file(PREFIX .. "/logs/stdout")
-        .. read_file(PREFIX .. "/logs/error.log"))
-end
-
-local function stop_nginx()
-  local pid = read_file(PREFIX .. "/logs/nginx.pid"):match("%d+")
-  if not pid then return end
-  sh("kill -QUIT " .. pid .. " 2>/dev/null")
-  for _ = 1, 100 do
-    if not sh("kill -0 " .. pid .. " 2>/dev/null") then return end
-    socket.sleep(0.05)
-  end
-  sh("kill -KILL " .. pid .. " 2>/dev/null")
+  local pid, err = H.start_nginx(PREFIX, ROOT .. "/bench/nginx.conf.in",
+    { ROOT = ROOT, PORT = port }, limit, function()
+      local body = H.get(port, "/pid", 5)
+      return body and assert(tonumber(body:match("%d+")))
+    end)
+  if not pid then error("nginx did not start:\n" .. err) end
+  return port, pid
 end
 
 local TICK = tonumber(capture("getconf CLK_TCK")) or 100
@@ -171,14 +121,8 @@ local ok, err = pcall(function()
   local port, worker = start_nginx()
   bench(port, worker)
 end)
-stop_nginx()
-local bad = {}
-for line in read_file(PREFIX .. "/logs/error.log"):gmatch("[^\n]+") do
-  if line:match("%[error%]") or line:match("%[alert%]")
-     or line:match("%[crit%]") or line:match("%[emerg%]") then
-    bad[#bad + 1] = line
-  end
-end
+H.stop_nginx(PREFIX)
+local bad = H.errors_logged(PREFIX)
 if not ok then
   io.stderr:write("bench-nginx: ", tostring(err), "\n")
   os.exit(1)

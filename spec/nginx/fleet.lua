@@ -4,116 +4,34 @@
 -- proxy_next_upstream.  Starts nginx on 127.0.0.1 under `timeout` (it
 -- stops by itself even if this script dies), stops it by pid.  TAP.
 --   lua5.4 spec/nginx/fleet.lua ROOT
--- The helpers are those of spec/nginx/run.lua (copied: run.lua is a
--- script, not a module).
+-- The helpers shared with spec/nginx/run.lua are in spec/nginx/harness.lua.
 local socket = require "socket"
 
 local ROOT = assert(arg[1], "usage: fleet.lua ROOT")
+local H = dofile(ROOT .. "/spec/nginx/harness.lua")
 local PREFIX = ROOT .. "/build/nginx-fleet"
-local NGINX = os.getenv("NGINX") or "/usr/sbin/nginx"
 
-local n = 0
-local function check(ok, what, detail)
-  n = n + 1
-  print((ok and "ok " or "not ok ") .. n .. " - " .. what)
-  if detail and (not ok or os.getenv("VERBOSE")) then
-    for line in tostring(detail):gmatch("[^\n]+") do print("# " .. line) end
-  end
-  return ok
-end
-
-local function skip(what, why)
-  n = n + 1
-  print("ok " .. n .. " - " .. what .. " # SKIP " .. tostring(why))
-end
-
-local function sh(cmd)
-  local ok = os.execute(cmd)
-  return ok == true or ok == 0
-end
-
-local function free_port()
-  local s = assert(socket.bind("127.0.0.1", 0))
-  local _, port = s:getsockname()
-  s:close()
-  return port
-end
-
-local function read_file(path)
-  local f = io.open(path)
-  if not f then return "" end
-  local s = f:read("*a")
-  f:close()
-  return s
-end
+local tap = H.tap(os.getenv("VERBOSE"))
+local check, skip = tap.check, tap.skip
 
 -- send a GET now; the function returned reads body, status, headers
 local function start_get(port, path)
-  local c = socket.tcp()
-  c:settimeout(15)
-  local ok, err = c:connect("127.0.0.1", port)
-  if not ok then return function() return nil, err end end
-  c:send("GET " .. path .. " HTTP/1.0\r\nHost: localhost\r\n\r\n")
-  return function()
-    local all = c:receive("*a")
-    c:close()
-    if not all then return nil, "no response" end
-    local head, body = all:match("^(.-)\r\n\r\n(.*)$")
-    return body, tonumber(all:match("^HTTP/%d%.%d (%d+)")), head
-  end
+  return (H.start_get(port, path, 15))
 end
 
 local function get(port, path)
-  return start_get(port, path)()
+  return H.get(port, path, 15)
 end
 
+-- key=value pairs separated by spaces or lines
 local function fields(body)
-  local t = {}
-  for k, v in (body or ""):gmatch("(%w+)=([^\n ]*)") do t[k] = v end
-  return t
+  return H.fields(body, "\n ")
 end
 
 local function start_nginx(ports)
-  sh("rm -rf '" .. PREFIX .. "' && mkdir -p '" .. PREFIX .. "/conf' '"
-     .. PREFIX .. "/logs'")
-  local conf = read_file(ROOT .. "/spec/nginx/fleet.conf.in")
-    :gsub("@ROOT@", ROOT):gsub("@PORT@", tostring(ports.main))
-    :gsub("@HANG@", tostring(ports.hang)):gsub("@FAIL@", tostring(ports.fail))
-  local f = assert(io.open(PREFIX .. "/conf/nginx.conf", "w"))
-  f:write(conf)
-  f:close()
-  sh(("timeout 60 %s -p '%s/' -c conf/nginx.conf -g 'daemon off;' "
-      .. ">'%s/logs/stdout' 2>&1 &"):format(NGINX, PREFIX, PREFIX))
-  for _ = 1, 100 do
-    if get(ports.main, "/ping") then return true end
-    socket.sleep(0.05)
-  end
-  return nil, read_file(PREFIX .. "/logs/stdout")
-    .. read_file(PREFIX .. "/logs/error.log")
-end
-
-local function stop_nginx()
-  local pid = read_file(PREFIX .. "/logs/nginx.pid"):match("%d+")
-  if not pid then return end
-  sh("kill -QUIT " .. pid .. " 2>/dev/null")
-  for _ = 1, 100 do
-    if not sh("kill -0 " .. pid .. " 2>/dev/null") then return end
-    socket.sleep(0.05)
-  end
-  sh("kill -KILL " .. pid .. " 2>/dev/null")
-end
-
--- error lines, except the upstream timeouts the balancer check causes
-local function errors_logged()
-  local bad = {}
-  for line in read_file(PREFIX .. "/logs/error.log"):gmatch("[^\n]+") do
-    if (line:match("%[error%]") or line:match("%[alert%]")
-        or line:match("%[crit%]") or line:match("%[emerg%]"))
-       and not line:match("upstream timed out") then
-      bad[#bad + 1] = line
-    end
-  end
-  return bad
+  return H.start_nginx(PREFIX, ROOT .. "/spec/nginx/fleet.conf.in",
+    { ROOT = ROOT, PORT = ports.main, HANG = ports.hang, FAIL = ports.fail },
+    60, function() return get(ports.main, "/ping") and true end)
 end
 
 -- GETs path?want=w until worker w answers (the kernel spreads new
@@ -282,8 +200,8 @@ local function balancer_checks(port)
 end
 
 local function main()
-  local ports = { main = free_port(), hang = free_port(),
-                  fail = free_port() }
+  local ports = { main = H.free_port(), hang = H.free_port(),
+                  fail = H.free_port() }
   local ok, err = start_nginx(ports)
   if not check(ok, "nginx with 2 workers and the Lua module starts on "
                .. "127.0.0.1", err) then
@@ -293,10 +211,11 @@ local function main()
     local fine, e = pcall(f, ports.main)
     check(fine, "checks ran without a Lua error", e)
   end
-  stop_nginx()
-  local bad = errors_logged()
+  H.stop_nginx(PREFIX)
+  -- except the upstream timeouts the balancer check causes
+  local bad = H.errors_logged(PREFIX, "upstream timed out")
   check(#bad == 0, "nginx logged no error", table.concat(bad, "\n"))
 end
 
 main()
-print("1.." .. n)
+tap.plan()

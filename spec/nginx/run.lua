@@ -6,70 +6,18 @@
 local socket = require "socket"
 
 local ROOT = assert(arg[1], "usage: run.lua ROOT")
+local H = dofile(ROOT .. "/spec/nginx/harness.lua")
 local PREFIX = ROOT .. "/build/nginx"
-local NGINX = os.getenv("NGINX") or "/usr/sbin/nginx"
 
-local n = 0
-local function check(ok, what, detail)
-  n = n + 1
-  print((ok and "ok " or "not ok ") .. n .. " - " .. what)
-  if not ok and detail then
-    for line in tostring(detail):gmatch("[^\n]+") do print("# " .. line) end
-  end
-  return ok
-end
+local tap = H.tap()
+local check = tap.check
 
-local function sh(cmd)
-  local ok = os.execute(cmd)
-  return ok == true or ok == 0
-end
+-- one GET on a new connection, 10 s timeouts: body (nil, err on failure)
+local get = H.get
 
-local function free_port()
-  local s = assert(socket.bind("127.0.0.1", 0))
-  local _, port = s:getsockname()
-  s:close()
-  return port
-end
-
-local function read_file(path)
-  local f = io.open(path)
-  if not f then return "" end
-  local s = f:read("*a")
-  f:close()
-  return s
-end
-
--- one GET on a new connection; returns the body (nil, err on failure)
-local function get(port, path)
-  local c = socket.tcp()
-  c:settimeout(10)
-  local ok, err = c:connect("127.0.0.1", port)
-  if not ok then return nil, err end
-  c:send("GET " .. path .. " HTTP/1.0\r\nHost: localhost\r\n\r\n")
-  local all = c:receive("*a")
-  c:close()
-  if not all then return nil, "no response" end
-  local status = all:match("^HTTP/%d%.%d (%d+)")
-  return all:match("\r\n\r\n(.*)$"), status
-end
-
--- send a request now, read its answer later
-local function start_get(port, path)
-  local c = socket.tcp()
-  c:settimeout(10)
-  assert(c:connect("127.0.0.1", port))
-  c:send("GET " .. path .. " HTTP/1.0\r\nHost: localhost\r\n\r\n")
-  return function()
-    local all = c:receive("*a")
-    c:close()
-    return all and all:match("\r\n\r\n(.*)$")
-  end
-end
-
+-- key=value lines (a value may hold spaces)
 local function fields(body)
-  local t = {}
-  for k, v in (body or ""):gmatch("(%w+)=([^\n]*)") do t[k] = v end
-  return t
+  return H.fields(body, "\n")
 end
 
 local function numbers(list)
@@ -79,46 +27,10 @@ local function numbers(list)
 end
 
 local function start_nginx(workers)
-  local port = free_port()
-  sh("rm -rf '" .. PREFIX .. "' && mkdir -p '" .. PREFIX .. "/conf' '"
-     .. PREFIX .. "/logs'")
-  local conf = read_file(ROOT .. "/spec/nginx/nginx.conf.in")
-    :gsub("@ROOT@", ROOT):gsub("@PORT@", tostring(port))
-    :gsub("@WORKERS@", tostring(workers))
-  local f = assert(io.open(PREFIX .. "/conf/nginx.conf", "w"))
-  f:write(conf)
-  f:close()
-  sh(("timeout 120 %s -p '%s/' -c conf/nginx.conf -g 'daemon off;' "
-      .. ">'%s/logs/stdout' 2>&1 &"):format(NGINX, PREFIX, PREFIX))
-  for _ = 1, 100 do
-    if get(port, "/ping") then return port end
-    socket.sleep(0.05)
-  end
-  return nil, read_file(PREFIX .. "/logs/stdout")
-    .. read_file(PREFIX .. "/logs/error.log")
-end
-
-local function stop_nginx()
-  local pid = read_file(PREFIX .. "/logs/nginx.pid"):match("%d+")
-  if not pid then return end
-  sh("kill -QUIT " .. pid .. " 2>/dev/null")
-  for _ = 1, 100 do
-    if not sh("kill -0 " .. pid .. " 2>/dev/null") then return end
-    socket.sleep(0.05)
-  end
-  sh("kill -KILL " .. pid .. " 2>/dev/null")
-end
-
-local function errors_logged()
-  local log = read_file(PREFIX .. "/logs/error.log")
-  local bad = {}
-  for line in log:gmatch("[^\n]+") do
-    if line:match("%[error%]") or line:match("%[alert%]")
-       or line:match("%[crit%]") or line:match("%[emerg%]") then
-      bad[#bad + 1] = line
-    end
-  end
-  return bad
+  local port = H.free_port()
+  return H.start_nginx(PREFIX, ROOT .. "/spec/nginx/nginx.conf.in",
+    { ROOT = ROOT, PORT = port, WORKERS = workers }, 120,
+    function() return get(port, "/ping") and port end)
 end
 
 local function sum(t)
@@ -164,7 +76,8 @@ local function one_worker_checks(port)
     "timeouts: fn got the policy's per-attempt timeouts", r.timeouts)
 
   -- while a handler sleeps 3 x 0.3 s, the only worker serves pings
-  local finish = start_get(port, "/retry?key=d&fails=3&p=constant")
+  local finish, err = H.start_get(port, "/retry?key=d&fails=3&p=constant")
+  assert(err == nil, err)
   socket.sleep(0.05)
   local served = 0
   for _ = 1, 10 do
@@ -387,7 +300,7 @@ end
 
 -- warnings about ngx.sleep (a zero or sub-millisecond sleep)
 local function sleep_warnings()
-  local log = read_file(PREFIX .. "/logs/error.log")
+  local log = H.read_file(PREFIX .. "/logs/error.log")
   local count, first = 0, nil
   for line in log:gmatch("[^\n]+") do
     if line:match("%[warn%]") and line:match("sleep") then
@@ -406,8 +319,8 @@ local function with_nginx(workers, fn)
   end
   local ok, e = pcall(fn, port)
   check(ok, "checks ran without a Lua error", e)
-  stop_nginx()
-  local bad = errors_logged()
+  H.stop_nginx(PREFIX)
+  local bad = H.errors_logged(PREFIX)
   check(#bad == 0, "nginx logged no error", table.concat(bad, "\n"))
   local warned, first = sleep_warnings()
   check(warned == 0, "nginx logged no warning about ngx.sleep",
@@ -417,4 +330,4 @@ end
 with_nginx(1, one_worker_checks)
 with_nginx(2, two_worker_checks)
 with_nginx(2, deadline_checks)
-print("1.." .. n)
+tap.plan()
