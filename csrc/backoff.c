@@ -429,15 +429,9 @@ static int record(backoff_t *b, double ts, double raw, double hint,
   return BACKOFF_OK;
 }
 
-BACKOFF_API int backoff_failure(backoff_t *b, double ts, backoff_result *r) {
-  return backoff_failure_hint(b, ts, 0, r);
-}
-
-BACKOFF_API int backoff_failure_hint(backoff_t *b, double ts, double hint,
-                                     backoff_result *r) {
+/* a failure at a finite ts with hint (0: none; finite and >= 0) */
+static int failure(backoff_t *b, double ts, double hint, backoff_result *r) {
   const backoff_config *c = &b->cfg;
-  if (!is_finite(ts)) return BACKOFF_ETIME;
-  if (!is_finite(hint) || !(hint >= 0)) return BACKOFF_EINVAL;
   ts = effective_ts(b, ts);
   /* step 1; a duration give-up lasts (timestamps may step back) */
   if (c->max_actual_duration > 0 &&
@@ -458,6 +452,18 @@ BACKOFF_API int backoff_failure_hint(backoff_t *b, double ts, double hint,
     return give_up(b, ts, r, BACKOFF_MAX_ATTEMPTS);
   /* step 3 */
   return record(b, ts, raw_failure(b), hint, r);
+}
+
+BACKOFF_API int backoff_failure(backoff_t *b, double ts, backoff_result *r) {
+  if (!is_finite(ts)) return BACKOFF_ETIME;
+  return failure(b, ts, 0, r);
+}
+
+BACKOFF_API int backoff_failure_hint(backoff_t *b, double ts, double hint,
+                                     backoff_result *r) {
+  if (!is_finite(ts)) return BACKOFF_ETIME;
+  if (!is_finite(hint) || !(hint >= 0)) return BACKOFF_EINVAL;
+  return failure(b, ts, hint, r);
 }
 
 BACKOFF_API int backoff_success(backoff_t *b, double ts, backoff_result *r) {

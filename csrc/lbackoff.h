@@ -167,8 +167,10 @@ LBACKOFF_HOT void lbackoff_step(lbackoff_object *o, int op, double ts,
   lbackoff_forkcheck(o);
   if (op == LB_OP_SUCCESS)
     backoff_success(&o->core, ts, r);
-  else
+  else if (hint > 0)
     backoff_failure_hint(&o->core, ts, hint, r);
+  else
+    backoff_failure(&o->core, ts, r);
 }
 
 #endif
