@@ -489,22 +489,45 @@ static void fresh_state(backoff_t *b, double start) {
   initial_timeout(b);
 }
 
-BACKOFF_API int backoff_init(backoff_t *b, const backoff_config *c,
-                             double start, uint64_t seed, int *bad_option) {
-  int status = backoff_config_check(c, bad_option);
-  if (status != BACKOFF_OK) return status;
-  if (!is_finite(start)) return BACKOFF_ETIME;
+/* backoff_init after the check */
+static void init_checked(backoff_t *b, const backoff_config *c, double start,
+                         uint64_t seed) {
   b->cfg = *c;
   /* -0.0 in, +0.0 out: keep every stored bound unsigned */
   b->cfg.min_delay = unsign_zero(c->min_delay);
   b->cfg.max_delay = unsign_zero(c->max_delay);
   b->seed = seed;
   fresh_state(b, start);
+}
+
+BACKOFF_API int backoff_init(backoff_t *b, const backoff_config *c,
+                             double start, uint64_t seed, int *bad_option) {
+  int status = backoff_config_check(c, bad_option);
+  if (status != BACKOFF_OK) return status;
+  if (!is_finite(start)) return BACKOFF_ETIME;
+  init_checked(b, c, start, seed);
+  return BACKOFF_OK;
+}
+
+BACKOFF_API int backoff_init_setup(backoff_t *b, const backoff_setup *s,
+                                   double start, int *bad_option) {
+  if (!s->checked)
+    return backoff_init(b, &s->config, start, s->seed, bad_option);
+  if (bad_option) *bad_option = -1;
+  if (!is_finite(start)) return BACKOFF_ETIME;
+  init_checked(b, &s->config, start, s->seed);
   return BACKOFF_OK;
 }
 
 BACKOFF_API int backoff_reset(backoff_t *b, double start) {
   if (!is_finite(start)) return BACKOFF_ETIME;
+  fresh_state(b, start);
+  return BACKOFF_OK;
+}
+
+BACKOFF_API int backoff_restart(backoff_t *b, double start, uint64_t seed) {
+  if (!is_finite(start)) return BACKOFF_ETIME;
+  b->seed = seed;
   fresh_state(b, start);
   return BACKOFF_OK;
 }

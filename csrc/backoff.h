@@ -207,6 +207,7 @@ typedef struct backoff_setup {
   uint64_t seed;          /* BACKOFF_K_SEED */
   double start;           /* BACKOFF_K_START */
   uint32_t given;         /* bit i: row i was set */
+  int checked;            /* 1 after backoff_setup_finish accepted it */
 } backoff_setup;
 
 /* A value as the binding found it. */
@@ -248,7 +249,8 @@ BACKOFF_API int backoff_option_find(int strategy, const char *name,
 BACKOFF_API int backoff_setup_set(backoff_setup *s, int option,
                                   const backoff_value *v, backoff_problem *p);
 /* The rules between options (required, aliases, defaults that follow
-   other options, ranges); EINVAL with *p filled. */
+   other options); EINVAL with *p filled.  What it accepts passes
+   backoff_config_check, and backoff_init_setup trusts it. */
 BACKOFF_API int backoff_setup_finish(backoff_setup *s, backoff_problem *p);
 /* "option 'x' must be a finite number >= 0" and the like, for strategy s;
    returns what snprintf returns.  Quote the value after it yourself. */
@@ -289,6 +291,15 @@ BACKOFF_API int backoff_init(backoff_t *b, const backoff_config *c,
                              double start, uint64_t seed, int *bad_option);
 
 /*
+** backoff_init from s->config and s->seed.  A setup that
+** backoff_setup_finish accepted (and nothing set since) is not checked:
+** every value in it was checked as it was set.  Any other is checked
+** as backoff_init checks.
+*/
+BACKOFF_API int backoff_init_setup(backoff_t *b, const backoff_setup *s,
+                                   double start, int *bad_option);
+
+/*
 ** Record a failure (or a success) at time ts (seconds, finite; a time
 ** before the last recorded one counts as that one) and fill *r.
 ** Returns BACKOFF_OK, or BACKOFF_ETIME for a non-finite ts (no change).
@@ -321,6 +332,10 @@ BACKOFF_API int backoff_reset(backoff_t *b, double start);
 
 /* Restart the jitter stream from seed (and remember it for reset). */
 BACKOFF_API void backoff_reseed(backoff_t *b, uint64_t seed);
+
+/* backoff_reset with a new seed: one seeding where backoff_reseed and
+   backoff_reset would do two (clone, reset of unseeded objects). */
+BACKOFF_API int backoff_restart(backoff_t *b, double start, uint64_t seed);
 
 /* Accessors; none changes the object. */
 BACKOFF_API double backoff_delay(const backoff_t *b);      /* last delay */

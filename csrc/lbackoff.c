@@ -225,11 +225,18 @@ static int m_elapsed(lua_State *L) {
   return 1;
 }
 
+/* o as new, started at start (finite): the stream of its seed again,
+   or a new stream when it has no seed of its own */
+static void restart(lbackoff_object *o, double start) {
+  if (o->flags & LB_SEEDED)
+    backoff_reset(&o->core, start);
+  else
+    backoff_restart(&o->core, start, lbackoff_new_seed(o->owner, &o->tag));
+}
+
 static int m_reset(lua_State *L) {
   lbackoff_object *o = self(L, "reset");
-  double start = time_arg(L, 2, o, "reset");
-  if (!(o->flags & LB_SEEDED)) lbackoff_fresh_stream(o);
-  backoff_reset(&o->core, start);    /* restarts the stream of its seed */
+  restart(o, time_arg(L, 2, o, "reset"));
   lua_settop(L, 1);
   return 1;
 }
@@ -253,8 +260,7 @@ static int m_clone(lua_State *L) {
   memcpy(&c->core, &o->core, sizeof c->core);
   c->flags = o->flags;
   c->tag = o->tag;
-  if (!(c->flags & LB_SEEDED)) lbackoff_fresh_stream(c);
-  backoff_reset(&c->core, start);   /* restarts the stream of its seed */
+  restart(c, start);
   if (c->flags & LB_SIDE) {         /* the side table is never changed: */
     lbackoff_getuv(L, 1);           /* share it */
     lbackoff_setuv(L, -2);
@@ -269,8 +275,7 @@ static int f_first_timeout(lua_State *L) {
   double t;
   if (!backoff_config_timeouts_active(&o->core.cfg)) return 0;
   tmp = *o;
-  if (!(tmp.flags & LB_SEEDED)) lbackoff_fresh_stream(&tmp);
-  backoff_reset(&tmp.core, backoff_start(&o->core));
+  restart(&tmp, backoff_start(&o->core));
   backoff_timeout(&tmp.core, &t);
   lua_pushnumber(L, (lua_Number)t);
   return 1;

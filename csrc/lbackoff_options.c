@@ -10,17 +10,20 @@
 ** (interned strings), made once when the module loads.
 */
 
+#include <stdint.h>
 #include <string.h>
 
 #include "lbackoff.h"
 
-/* push a table: each option name strategy s takes -> its row */
+/* push a table: each option name strategy s takes -> its row, as a
+   light userdata pointing into backoff_options (one lua_touserdata per
+   key reads it, where a number needs a type check and a conversion) */
 void lbackoff_push_names(lua_State *L, int s) {
   int i;
   lua_newtable(L);
   for (i = 0; backoff_options[i].name != NULL; i++)
     if ((backoff_options[i].accepted >> s) & 1u) {
-      lua_pushinteger(L, i);
+      lua_pushlightuserdata(L, (void *)(uintptr_t)&backoff_options[i]);
       lua_setfield(L, -2, backoff_options[i].name);
     }
 }
@@ -81,13 +84,15 @@ static void read_option(lua_State *L, int s, int names, backoff_setup *su,
                         int side, held *h) {
   backoff_value v;
   backoff_problem p;
+  const backoff_option *o;
   int row, kind;
   lua_pushvalue(L, -2);
   lua_rawget(L, names);
-  if (!lua_isnumber(L, -1))
+  o = (const backoff_option *)lua_touserdata(L, -1);
+  if (o == NULL)
     luaL_error(L, "backoff.%s: unknown option %s", backoff_strategy_name(s),
                lbackoff_repr(L, -3));
-  row = (int)lua_tointeger(L, -1);
+  row = (int)(o - backoff_options);
   lua_pop(L, 1);
   value_at(L, -1, &v);
   if (backoff_setup_set(su, row, &v, &p) != BACKOFF_OK)
@@ -167,7 +172,7 @@ int lbackoff_construct(lua_State *L, int s, int idx, int names) {
   o = lbackoff_newud(L, !lua_isnil(L, side));
   if (!(h.flags & LB_SEEDED)) su.seed = lbackoff_new_seed(o->owner, &o->tag);
   else o->tag = lbackoff_tag(o->owner);
-  backoff_init(&o->core, &su.config, start, su.seed, NULL); /* checked */
+  backoff_init_setup(&o->core, &su, start, NULL); /* finish checked it */
   o->flags = (unsigned char)
     (h.flags | (backoff_config_draws(&su.config) ? LB_DRAWS : 0));
   if (!lua_isnil(L, side)) {

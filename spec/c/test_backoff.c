@@ -426,6 +426,56 @@ static void test_options_by_name(void **state) {
                       "'delay_increment_on_failure'");
 }
 
+/* backoff_setup_finish does not re-check the configuration: whatever
+   it accepts must pass backoff_config_check.  Random option sets (any
+   row, any kind of value, valid or not) for every strategy. */
+static void test_finish_implies_check(void **state) {
+  static const double numbers[] = { -1, 0, 0.25, 0.5, 1, 1.5, 2, 3, 10,
+                                    1e308, -0.0 };
+  static const char *const names[] = { "none", "full", "equal",
+                                       "proportional", "bogus" };
+  uint64_t x = 12345;
+  int s, trial, k, rows, accepted = 0;
+  (void)state;
+  for (rows = 0; backoff_options[rows].name != NULL; rows++) continue;
+  for (s = 0; s < BACKOFF_NSTRATEGIES; s++) {
+    for (trial = 0; trial < 3000; trial++) {
+      backoff_setup su;
+      backoff_problem p;
+      backoff_t b;
+      int n;
+      x = x * 6364136223846793005u + 1442695040888963407u;
+      n = (int)((x >> 33) % 6);
+      assert_int_equal(backoff_setup_init(&su, s), BACKOFF_OK);
+      for (k = 0; k < n; k++) {
+        backoff_value v;
+        int pick;
+        x = x * 6364136223846793005u + 1442695040888963407u;
+        pick = (int)((x >> 33) % 16);
+        memset(&v, 0, sizeof v);
+        if (pick < 11) {
+          v = number_value(numbers[pick]);
+        } else if (pick < 13) {
+          v.type = BACKOFF_V_BOOL;
+          v.boolean = pick == 12;
+        } else {
+          v.type = BACKOFF_V_STRING;
+          v.string = names[(x >> 20) % 5];
+          v.len = strlen(v.string);
+        }
+        backoff_setup_set(&su, (int)((x >> 40) % (uint64_t)rows), &v, &p);
+      }
+      if (backoff_setup_finish(&su, &p) != BACKOFF_OK) continue;
+      accepted++;
+      assert_int_equal(backoff_config_check(&su.config, NULL), BACKOFF_OK);
+      assert_int_equal(backoff_init_setup(&b, &su, 0, NULL), BACKOFF_OK);
+      su.checked = 0;             /* the checking path agrees */
+      assert_int_equal(backoff_init_setup(&b, &su, 0, NULL), BACKOFF_OK);
+    }
+  }
+  assert_true(accepted > 1000);   /* the trials reached the check */
+}
+
 /* ---- the server's hint ---- */
 
 static void test_hint(void **state) {
@@ -485,6 +535,7 @@ int main(void) {
     cmocka_unit_test(test_rng_reference_values),
     cmocka_unit_test(test_names),
     cmocka_unit_test(test_options_by_name),
+    cmocka_unit_test(test_finish_implies_check),
     cmocka_unit_test(test_hint),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
