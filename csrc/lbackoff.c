@@ -69,13 +69,15 @@ static const char *strategy_name(const lbackoff_object *o) {
   return backoff_strategy_name(o->core.cfg.strategy);
 }
 
-/* a new userdata with our metatable (and a slot for a side table when
+/* a new userdata of owner (the state at UV_STATE, passed in because
+   callers have it) with our metatable (and a slot for a side table when
    side), on top of the stack */
-lbackoff_object *lbackoff_newud(lua_State *L, int side) {
+lbackoff_object *lbackoff_newud(lua_State *L, lbackoff_state *owner,
+                                int side) {
   lbackoff_object *o =
     (lbackoff_object *)lua_newuserdatauv(L, sizeof *o, side ? 1 : 0);
   (void)side;   /* before 5.4, every userdata has the slot */
-  o->owner = (lbackoff_state *)lua_touserdata(L, UV_STATE);
+  o->owner = owner;
   o->flags = 0;
   o->tag = 0;
   lua_pushvalue(L, UV_META);
@@ -256,7 +258,7 @@ static double start_of(lua_State *L, const lbackoff_object *o) {
 static int m_clone(lua_State *L) {
   lbackoff_object *o = self(L, "clone"), *c;
   double start = start_of(L, o);
-  c = lbackoff_newud(L, o->flags & LB_SIDE);
+  c = lbackoff_newud(L, o->owner, o->flags & LB_SIDE);
   memcpy(&c->core, &o->core, sizeof c->core);
   c->flags = o->flags;
   c->tag = o->tag;

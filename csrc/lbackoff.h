@@ -134,7 +134,8 @@ int lbackoff_argerror(lua_State *L, int arg, const char *fname,
                       const char *msg);
 
 /* lbackoff.c */
-lbackoff_object *lbackoff_newud(lua_State *L, int side);
+lbackoff_object *lbackoff_newud(lua_State *L, lbackoff_state *owner,
+                                int side);
 void lbackoff_push_count(lua_State *L, uint64_t n);
 lbackoff_object *lbackoff_check(lua_State *L, int idx, const char *fname);
 

@@ -169,7 +169,8 @@ int lbackoff_construct(lua_State *L, int s, int idx, int names) {
   side = lua_gettop(L);
   read_options(L, s, idx, names, &su, side, &h);
   start = start_of(L, s, &su, side, &h);
-  o = lbackoff_newud(L, !lua_isnil(L, side));
+  o = lbackoff_newud(L, (lbackoff_state *)lua_touserdata(L, UV_STATE),
+                     !lua_isnil(L, side));
   if (!(h.flags & LB_SEEDED)) su.seed = lbackoff_new_seed(o->owner, &o->tag);
   else o->tag = lbackoff_tag(o->owner);
   backoff_init_setup(&o->core, &su, start, NULL); /* finish checked it */
