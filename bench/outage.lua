@@ -17,7 +17,12 @@
 --   attempts per request.
 -- * With the budget, each client process has its own backoff.budget{}
 --   (500 tokens, a retry costs 5, a success refunds 1), as every AWS SDK
---   client has its own retry quota. Before each retry the client
+--   client has its own retry quota; or, as in OpenResty with
+--   `shared = ngx.shared.DICT`, the client processes are the workers of
+--   nginx hosts and the workers of a host share one budget (4 workers
+--   per host in the main table; 1 to 8 in a table of its own; the
+--   scenarios and the first table are those chosen before the first
+--   run, the shared rows were added after it). Before each retry the client
 --   withdraws the cost (no tokens: the request fails); on success it
 --   deposits the cost of the retry that succeeded, or the refund (1) for
 --   a first-try success.
@@ -80,7 +85,12 @@ local SCENARIOS = {
   { name = "retries", jitter = "decorrelated" },
   { name = "retries + budget", jitter = "full", budget = true },
   { name = "retries + budget", jitter = "decorrelated", budget = true },
+  { name = "retries + host budget", jitter = "full", budget = true,
+    share = 4 },
+  { name = "retries + host budget", jitter = "decorrelated", budget = true,
+    share = 4 },
 }
+local SHARES = { 1, 2, 4, 8 }          -- client processes per budget
 
 -- Park-Miller "minimal standard" (multiplier 48271): exact in doubles,
 -- so the same stream on every Lua
@@ -134,9 +144,13 @@ local function simulate(sc, out_len)
   if policy then
     for k, v in pairs(policy[2]) do opts[k] = v end
   end
-  local budgets = {}
+  local budgets = {}                   -- by client: its host's budget
   if sc.budget then
-    for c = 1, CLIENTS do budgets[c] = new_budget {} end
+    local share = sc.share or 1
+    for c = 1, CLIENTS do
+      budgets[c] = (c - 1) % share == 0 and new_budget {}
+        or budgets[c - 1]
+    end
   end
 
   -- per second (bin b covers [b - 1, b)): requests the clients issue,
@@ -243,6 +257,12 @@ local function label(sc)
   return sc.jitter and ("%s (%s)"):format(sc.name, sc.jitter) or sc.name
 end
 
+-- the full jitter scenario with a budget shared by `share` clients
+local function shared(share)
+  return { name = "retries + budget", jitter = "full", budget = true,
+    share = share }
+end
+
 local t0 = os.clock()
 local results = {}
 for s, sc in ipairs(SCENARIOS) do
@@ -270,18 +290,28 @@ for i, len in ipairs(SWEEP) do
     end
   end
 end
+-- budgets shared by the workers of a host: the budget allows 100
+-- retries per host, so about 1 + 100 / (share x requests per client
+-- during the outage)
+local by_share = {}
+if new_budget then
+  for i, share in ipairs(SHARES) do
+    by_share[i] = share == 1 and results[4] or share == 4 and results[6]
+      or simulate(shared(share), OUT_LEN)
+  end
+end
 local elapsed = os.clock() - t0
 
 print(("outage: %d clients x %d requests/s (Poisson), server down %d-%d s,"
   .. " then %d requests/s; seed %d, virtual time, %.1f s CPU")
   :format(CLIENTS, RATE, OUT_START, OUT_START + OUT_LEN, CAPACITY, SEED,
     elapsed))
-print(("\n%-34s %13s %9s %9s %9s %9s"):format("scenario", "amplification",
+print(("\n%-38s %13s %9s %9s %9s %9s"):format("scenario", "amplification",
   "drain s", "overld s", "success", "in outage"))
 for s, sc in ipairs(SCENARIOS) do
   local r = results[s]
   if r then
-    print(("%-34s %13.2f %9d %9.1f %8.1f%% %8.1f%%"):format(label(sc),
+    print(("%-38s %13.2f %9d %9.1f %8.1f%% %8.1f%%"):format(label(sc),
       r.amplification, r.drain, r.overload, 100 * r.success,
       100 * r.success_out))
   end
@@ -298,13 +328,26 @@ for i, len in ipairs(SWEEP) do
     b and ("%d"):format(b.drain) or "-"))
 end
 
+if by_share[1] then
+  print(("\nfull jitter, %d s outage, one budget{} per host shared by its"
+    .. " workers"):format(OUT_LEN))
+  print(("%18s %14s %9s"):format("workers per host", "amplification",
+    "drain s"))
+  for i, share in ipairs(SHARES) do
+    print(("%18d %14.2f %9d"):format(share, by_share[i].amplification,
+      by_share[i].drain))
+  end
+end
+
 -- the CSV: one line per (scenario, second)
 local f = assert(io.open(CSV, "w"))
-f:write("scenario,jitter,second,issued,received,succeeded,rejected\n")
+f:write("scenario,jitter,workers_per_budget,second,issued,received,"
+  .. "succeeded,rejected\n")
 for s, sc in ipairs(SCENARIOS) do
   local r = results[s]
   for b = 1, r and r.bins or 0 do
-    f:write(("%s,%s,%d,%d,%d,%d,%d\n"):format(sc.name, sc.jitter or "",
+    f:write(("%s,%s,%s,%d,%d,%d,%d,%d\n"):format(sc.name, sc.jitter or "",
+      sc.budget and (sc.share or 1) or "",
       b - 1, r.issued[b] or 0, r.received[b] or 0, r.succeeded[b] or 0,
       r.rejected[b] or 0))
   end
@@ -315,7 +358,7 @@ print("\nwrote " .. CSV)
 -- the SVG: attempts the server receives per second, over time, one chart
 -- per jitter kind, the outage shaded, the capacity dashed
 if SVG then
-  local colors = { "#555555", "#d62728", "#1f77b4" }
+  local colors = { "#555555", "#d62728", "#1f77b4", "#2ca02c" }
   local W, H, M = 460, 300, 50
   local x_end, top = ARRIVALS_END, 0      -- arrivals stop at x_end
   for s = 1, #SCENARIOS do
@@ -365,8 +408,9 @@ if SVG then
             y(r.received[b] or 0))
         end
         add('<polyline fill="none" stroke="%s" stroke-width="1.5" %s'
-          .. 'points="%s"/>', colors[sc.budget and 3 or sc.jitter and 2
-          or 1], sc.jitter and "" or 'stroke-dasharray="3,3" ',
+          .. 'points="%s"/>', colors[sc.share and 4 or sc.budget and 3
+          or sc.jitter and 2 or 1],
+          sc.jitter and "" or 'stroke-dasharray="3,3" ',
           table.concat(pts, " "))
       end
     end
@@ -375,8 +419,8 @@ if SVG then
   chart(W + 40, "decorrelated",
     "decorrelated: server requests per second vs time (s)")
   for s, name in ipairs { "no retries", "retries (10 attempts)",
-    "retries + budget{}" } do
-    local lx = 60 + (s - 1) * 200
+    "retries + budget{}", "budget{} per host of 4" } do
+    local lx = 30 + (s - 1) * 230
     add('<rect x="%d" y="%d" width="12" height="12" fill="%s"/>'
       .. '<text x="%d" y="%d">%s</text>', lx, H + 30, colors[s],
       lx + 16, H + 40, name)
