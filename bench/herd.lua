@@ -50,37 +50,11 @@ local function hop()
 end
 
 -- events: a binary heap over parallel arrays (no table per event)
+local new_heap = dofile((arg[0]:match("^(.-)[^/]*$")) .. "heap.lua")
 local READ, READ_RSP, WRITE, WRITE_RSP = 1, 2, 3, 4
 
 local function simulate(n, strategy, opts, run)
-  local ht, hc, hk, hv, size = {}, {}, {}, {}, 0
-  local function push(t, c, k, v)
-    size = size + 1
-    local i = size
-    while i > 1 do
-      local p = (i - i % 2) / 2
-      if ht[p] <= t then break end
-      ht[i], hc[i], hk[i], hv[i] = ht[p], hc[p], hk[p], hv[p]
-      i = p
-    end
-    ht[i], hc[i], hk[i], hv[i] = t, c, k, v
-  end
-  local function pop()
-    local t, c, k, v = ht[1], hc[1], hk[1], hv[1]
-    local lt, lc, lk, lv = ht[size], hc[size], hk[size], hv[size]
-    size = size - 1
-    local i = 1
-    while true do
-      local l = 2 * i
-      if l > size then break end
-      if l < size and ht[l + 1] < ht[l] then l = l + 1 end
-      if lt <= ht[l] then break end
-      ht[i], hc[i], hk[i], hv[i] = ht[l], hc[l], hk[l], hv[l]
-      i = l
-    end
-    ht[i], hc[i], hk[i], hv[i] = lt, lc, lk, lv
-    return t, c, k, v
-  end
+  local push, pop, empty = new_heap()
 
   local clients = {}
   for c = 1, n do
@@ -90,7 +64,7 @@ local function simulate(n, strategy, opts, run)
     push(hop(), c, READ, 0)
   end
   local version, writes, now = 0, 0, 0
-  while size > 0 do
+  while not empty() do
     local t, c, k, v = pop()
     now = t
     if k == READ then                   -- server: reply with the version

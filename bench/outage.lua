@@ -106,38 +106,12 @@ end
 local floor, log = math.floor, math.log
 
 -- events: a binary heap over parallel arrays (no table per event)
+local new_heap = dofile((arg[0]:match("^(.-)[^/]*$")) .. "heap.lua")
 local ARRIVE, RETRY, DONE = 1, 2, 3
 
 local function simulate(sc, out_len)
   local out_end = OUT_START + out_len
-  local ht, hk, hv, size = {}, {}, {}, 0
-  local function push(t, k, v)
-    size = size + 1
-    local i = size
-    while i > 1 do
-      local p = (i - i % 2) / 2
-      if ht[p] <= t then break end
-      ht[i], hk[i], hv[i] = ht[p], hk[p], hv[p]
-      i = p
-    end
-    ht[i], hk[i], hv[i] = t, k, v
-  end
-  local function pop()
-    local t, k, v = ht[1], hk[1], hv[1]
-    local lt, lk, lv = ht[size], hk[size], hv[size]
-    size = size - 1
-    local i = 1
-    while true do
-      local l = 2 * i
-      if l > size then break end
-      if l < size and ht[l + 1] < ht[l] then l = l + 1 end
-      if lt <= ht[l] then break end
-      ht[i], hk[i], hv[i] = ht[l], hk[l], hv[l]
-      i = l
-    end
-    ht[i], hk[i], hv[i] = lt, lk, lv
-    return t, k, v
-  end
+  local push, pop, empty = new_heap()
 
   local policy = sc.jitter and POLICIES[sc.jitter]
   local strategy, opts = policy and policy[1], {}
@@ -203,7 +177,7 @@ local function simulate(sc, out_len)
   local total_rate = CLIENTS * RATE
   push(-log(random()) / total_rate, ARRIVE, 0)
   local now = 0
-  while size > 0 do
+  while not empty() do
     local t, k, id = pop()
     now = t
     if k == ARRIVE then
