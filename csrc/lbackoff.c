@@ -362,6 +362,7 @@ static const luaL_Reg functions[] = {
   {"_failure", f_failure},
   {"_first_timeout", f_first_timeout},
   {"_now", f_now},
+  {"_repr", lbackoff_repr_lua},
   {"now", lbackoff_now},
   {"sleep", lbackoff_sleep},
   {NULL, NULL}

@@ -130,6 +130,7 @@ static inline void lbackoff_forkcheck(lbackoff_object *o) {
 
 /* lbackoff_msg.c */
 const char *lbackoff_repr(lua_State *L, int idx);
+int lbackoff_repr_lua(lua_State *L);
 int lbackoff_argerror(lua_State *L, int arg, const char *fname,
                       const char *msg);
 

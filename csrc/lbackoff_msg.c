@@ -59,6 +59,13 @@ const char *lbackoff_repr(lua_State *L, int idx) {
   }
 }
 
+/* core._repr(v): the same, for the Lua half's messages */
+int lbackoff_repr_lua(lua_State *L) {
+  luaL_checkany(L, 1);
+  lbackoff_repr(L, 1);
+  return 1;
+}
+
 /*
 ** luaL_argerror with the function's name given, not looked up: Lua's
 ** debug information has no name for pcall(b.failure, b, x), for a tail

@@ -36,8 +36,8 @@ end
 -- LuaJIT: b:failure() and b:success() through the FFI (lua/backoff/ffi.lua)
 require("backoff.ffi")(core, methods)
 
-local core_now, first_timeout, core_failure =
-      core._now, core._first_timeout, core._failure
+local core_now, first_timeout, core_failure, repr =
+      core._now, core._first_timeout, core._failure, core._repr
 
 -- pcall that lets fn yield on PUC Lua 5.1 too, where pcall is a C
 -- function that cannot be yielded across: fn runs in a coroutine of
@@ -105,7 +105,7 @@ local function check_ropts(ropts)
   for k, v in pairs(ropts) do
     local want, got = retry_options[k], type(v)
     if not want then
-      error("backoff.retry: unknown option '" .. tostring(k) .. "'", 3)
+      error("backoff.retry: unknown option " .. repr(k), 3)
     end
     if want == "budget" then
       if got ~= "table" and got ~= "userdata" then

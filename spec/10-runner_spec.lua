@@ -780,7 +780,7 @@ describe("backoff.retry's arguments", function()
       { { reference_delays = 1 },
         "option 'reference_delays' must be a boolean" },
       { { slep = print }, "unknown option 'slep'" },
-      { { [1] = print }, "unknown option '1'" },
+      { { [1] = print }, "unknown option 1" },
     }
     for _, c in ipairs(cases) do
       raises_here(function() backoff.retry(p, ok, c[1]) end, c[2])

@@ -112,6 +112,23 @@ describe("options", function()
       assert.matches("xxx'...", err, 1, true)
     end
   end)
+
+  it("quotes a short prefix in the Lua half's messages too", function()
+    local huge = string.rep("x", 1024 * 1024) .. "\0"
+    local p = backoff.constant { delay = 0 }
+    local calls = {
+      function() return backoff.retry(p, print, { [huge] = 1 }) end,
+      function() return backoff.balancer(p, { [huge] = 1 }) end,
+      function() return backoff.budget { shared = huge } end,
+      function() return backoff.budget { shared = {}, [huge] = 1 } end,
+    }
+    for i, f in ipairs(calls) do
+      local ok, err = pcall(f)
+      assert.is_false(ok, "call " .. i)
+      assert.is_true(#err < 200, "call " .. i .. ": " .. #err .. " bytes")
+      assert.matches("xxx'...", err, 1, true)
+    end
+  end)
 end)
 
 describe("hints", function()

@@ -49,6 +49,7 @@ local error, getmetatable, max, pairs, rawget, setmetatable, tostring, type =
       error, getmetatable, math.max, pairs, rawget, setmetatable, tostring,
       type
 
+local repr = require("backoff.core")._repr   -- short, escaped
 local nb          -- ngx.balancer, loaded on first use
 local none = {}   -- no options
 
@@ -70,8 +71,7 @@ local known = { budget = true, ctx_key = true, timeouts = true }
 local sides = { connect = true, send = true, read = true }
 
 local function bad(msg, v)
-  error("backoff.balancer: " .. msg .. " (got "
-        .. (type(v) == "number" and tostring(v) or type(v)) .. ")", 4)
+  error("backoff.balancer: " .. msg .. " (got " .. repr(v) .. ")", 4)
 end
 
 local function check_opts(opts)
@@ -82,7 +82,7 @@ local function check_opts(opts)
   end
   for k in pairs(opts) do
     if not known[k] then
-      error("backoff.balancer: unknown option '" .. tostring(k) .. "'", 3)
+      error("backoff.balancer: unknown option " .. repr(k), 3)
     end
   end
   local b, key, t = opts.budget, opts.ctx_key, opts.timeouts

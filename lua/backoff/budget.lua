@@ -43,6 +43,7 @@
 -- debt errs on the safe side: fewer retries, never more than deposited.
 
 local core = require "backoff.core"
+local repr = core._repr     -- short, escaped: never the whole string
 
 local error, getmetatable, pairs, setmetatable, tostring, type =
       error, getmetatable, pairs, setmetatable, tostring, type
@@ -122,11 +123,6 @@ end
 local function is_dict(v)
   local ok = type(v) == "table" or type(v) == "userdata"
   return ok and type(v.incr) == "function" and type(v.get) == "function"
-end
-
-local function repr(v)
-  if type(v) == "string" then return "'" .. v .. "'" end
-  return type(v) == "number" and tostring(v) or type(v)
 end
 
 -- budget(opts) -> a budget; see the top of this file
