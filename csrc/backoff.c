@@ -19,6 +19,16 @@
 
 #include "backoff.h"
 
+/* The steps of one operation, inlined into each caller as they were
+   when the pipeline had one caller: given a second (the hint's entry),
+   GCC put raw_failure, exponential and timeouts out of line, and
+   b:failure(ts) paid for the calls (about 15 instructions, 4%). */
+#if defined(__GNUC__)
+#define PIPELINE static inline __attribute__((always_inline))
+#else
+#define PIPELINE static inline
+#endif
+
 /* ----------------------------------------------------------------- */
 /* numeric helpers                                                   */
 /* ----------------------------------------------------------------- */
@@ -199,7 +209,7 @@ static double scatter(backoff_rng *rng, double d, double f) {
   return fin(lo + fin(hi - lo) * backoff_rng_double(rng));
 }
 
-static double add_jitter(backoff_t *b, double d) {
+PIPELINE double add_jitter(backoff_t *b, double d) {
   const backoff_config *c = &b->cfg;
   double cap;
   if (d == 0) return d;
@@ -245,14 +255,14 @@ static int is_increase_decrease(int s) {
    0 * inf (NaN) out.  Base 2 (the default) is a power of two: built
    exactly from its bits, as pow would return it, at a fraction of pow's
    cost; past 2^1023 pow gives inf, which fin makes DBL_MAX. */
-static double exponential(double initial, double base, uint64_t n) {
+PIPELINE double exponential(double initial, double base, uint64_t n) {
   if (base == 2)   /* pow(2, n-1) overflows past 1023 */
     return fin(initial * (n <= 1024 ? pow2(n - 1) : DBL_MAX));
   return fin(initial * fin(pow(base, (double)(n - 1))));
 }
 
 /* min(cap, U(base, prev * multiplier)), prev starting at base */
-static double decorrelated(backoff_t *b) {
+PIPELINE double decorrelated(backoff_t *b) {
   const backoff_config *c = &b->cfg;
   double base = c->p.decorrelated.initial_delay;
   double tmp = b->has_seq ? b->seq_a : base;
@@ -265,7 +275,7 @@ static double decorrelated(backoff_t *b) {
 }
 
 /* n-th consecutive failure, n >= 1 */
-static double raw_failure(backoff_t *b) {
+PIPELINE double raw_failure(backoff_t *b) {
   const backoff_config *c = &b->cfg;
   const backoff_params *p = &c->p;
   uint64_t n = b->attempts;
@@ -376,7 +386,8 @@ static int give_up(backoff_t *b, double ts, backoff_result *r, int why) {
    d is the strategy's delay, hint the server's (0: none); returns the
    strategy's delay capped by the time left, and sets b->timeout from
    the delay that will be returned, max(that, hint) */
-static double timeouts(backoff_t *b, double ts, double d, double hint) {
+PIPELINE double timeouts(backoff_t *b, double ts, double d,
+                         double hint) {
   const backoff_config *c = &b->cfg;
   double f = c->adjust_timeout_factor;
   double left = fin(c->max_actual_duration - fin(ts - b->start));
@@ -390,9 +401,16 @@ static double timeouts(backoff_t *b, double ts, double d, double hint) {
   return d < 0 ? 0 : d;    /* DIFF 5 */
 }
 
-/* steps 5 to 10 of API.md section 3, with the server's hint (0: none) */
-static int record(backoff_t *b, double ts, double raw, double hint,
-                  backoff_result *r) {
+/*
+** Steps 5 to 10 of API.md section 3, with the server's hint (0: none).
+** Written once, compiled twice: record() passes a constant 0, which
+** folds every test of the hint away, so that a failure or success
+** without one runs the pipeline it ran before hints existed (the tests,
+** few as they are, cost b:failure(ts) some 5%: branches, code layout).
+** Only backoff_failure_hint() pays for them, through record_hint().
+*/
+PIPELINE int record_steps(backoff_t *b, double ts, double raw, double hint,
+                          backoff_result *r) {
   const backoff_config *c = &b->cfg;
   double d = raw, seq = 0, own;
   /* step 5 */
@@ -429,9 +447,21 @@ static int record(backoff_t *b, double ts, double raw, double hint,
   return BACKOFF_OK;
 }
 
-/* a failure at a finite ts with hint (0: none; finite and >= 0) */
-static int failure(backoff_t *b, double ts, double hint, backoff_result *r) {
+static int record(backoff_t *b, double ts, double raw, backoff_result *r) {
+  return record_steps(b, ts, raw, 0, r);
+}
+
+static int record_hint(backoff_t *b, double ts, double raw, double hint,
+                       backoff_result *r) {
+  return record_steps(b, ts, raw, hint, r);
+}
+
+/* a failure at a finite ts with hint (0: none; finite and >= 0); as
+   record_steps(), compiled once with a constant 0 (backoff_failure) */
+PIPELINE int failure(backoff_t *b, double ts, double hint,
+                     backoff_result *r) {
   const backoff_config *c = &b->cfg;
+  double raw;
   ts = effective_ts(b, ts);
   /* step 1; a duration give-up lasts (timestamps may step back) */
   if (c->max_actual_duration > 0 &&
@@ -451,7 +481,8 @@ static int failure(backoff_t *b, double ts, double hint, backoff_result *r) {
   if (c->max_attempts > 0 && b->attempts >= c->max_attempts)
     return give_up(b, ts, r, BACKOFF_MAX_ATTEMPTS);
   /* step 3 */
-  return record(b, ts, raw_failure(b), hint, r);
+  raw = raw_failure(b);
+  return hint > 0 ? record_hint(b, ts, raw, hint, r) : record(b, ts, raw, r);
 }
 
 BACKOFF_API int backoff_failure(backoff_t *b, double ts, backoff_result *r) {
@@ -471,7 +502,7 @@ BACKOFF_API int backoff_success(backoff_t *b, double ts, backoff_result *r) {
   ts = effective_ts(b, ts);
   /* step 4 */
   b->attempts = 0;
-  return record(b, ts, raw_success(b), 0, r);
+  return record(b, ts, raw_success(b), r);
 }
 
 /* ----------------------------------------------------------------- */

@@ -155,15 +155,19 @@ void lbackoff_push_ffi_token(lua_State *L);
 #define LB_OP_SUCCESS 1
 
 /* on the path of every method call: inlined where it is used */
+/* off that path: kept out of line, away from it */
 #if defined(__GNUC__)
 #define LBACKOFF_HOT static inline __attribute__((always_inline))
+#define LBACKOFF_COLD static __attribute__((noinline, cold))
 #else
 #define LBACKOFF_HOT static inline
+#define LBACKOFF_COLD static
 #endif
 
 /* one failure or success at a finite ts with a valid hint (0: none;
    the core cannot fail then), after the fork check: the one path of
-   both methods and the FFI */
+   both methods and the FFI.  Callers without a hint pass a constant 0,
+   which takes the hint's test off their path */
 LBACKOFF_HOT void lbackoff_step(lbackoff_object *o, int op, double ts,
                                 double hint, backoff_result *r) {
   lbackoff_forkcheck(o);
