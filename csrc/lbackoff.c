@@ -383,8 +383,7 @@ static const luaL_Reg methods[] = {
 };
 
 static const luaL_Reg functions[] = {
-  {"_ffi_objects", lbackoff_ffi_objects},
-  {"_ffi_trust", lbackoff_ffi_trust},
+  {"_ffi_reasons", lbackoff_ffi_reasons},
   {"_failure", f_failure},
   {"_first_timeout", f_first_timeout},
   {"_now", f_now},

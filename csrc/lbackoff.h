@@ -56,7 +56,6 @@ void lbackoff_setfuncs(lua_State *L, const luaL_Reg *l, int nup);
 
 #define LBACKOFF_MT "backoff.Backoff"
 #define LBACKOFF_STATE "backoff.state"   /* registry: the lbackoff_state */
-#define LBACKOFF_FFI "backoff.ffi"       /* registry: weak set of objects */
 
 /* upvalues of every function of the module */
 #define UV_META lua_upvalueindex(1)     /* the metatable */
@@ -76,7 +75,7 @@ typedef struct lbackoff_state {
   backoff_rng seeds;        /* seeded from the clocks and pid */
   uint32_t seeds_tag;       /* the process tag seeds was seeded in */
   volatile uint32_t *wipe;
-  int ffi;                  /* the FFI set was handed out */
+  int ffi;                  /* the FFI path was installed (once per state) */
 } lbackoff_state;
 
 /* lbackoff_object.flags */
@@ -146,8 +145,7 @@ int lbackoff_construct(lua_State *L, int strategy, int idx, int names);
 int lbackoff_config(lua_State *L);
 
 /* lbackoff_ffi.c */
-int lbackoff_ffi_objects(lua_State *L);
-int lbackoff_ffi_trust(lua_State *L);
+int lbackoff_ffi_reasons(lua_State *L);
 void lbackoff_push_ffi_token(lua_State *L);
 
 /* what lbackoff_step does (also the low bit of lbackoff_ffi_step's op) */

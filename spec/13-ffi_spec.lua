@@ -26,16 +26,30 @@ describe("the LuaJIT FFI fast path", function()
     assert.equal("Lua", debug.getinfo(methods.success, "S").what)
   end)
 
-  it("hands its set of objects out only once", function()
-    assert.equal(0, select("#", core._ffi_objects()))
+  it("is installed once per lua_State", function()
+    assert.equal(0, select("#", core._ffi_reasons()))
   end)
 
-  -- the C method behind a wrapper (its upvalue c_method)
+  it("passes only our objects to the FFI", function()
+    -- a table given the very metatable, and other values: the C method's
+    -- refusal, not an FFI conversion error
+    local mt = getmetatable(backoff.constant { delay = 1 })
+    for _, self in ipairs { setmetatable({}, mt), io.stdout, {} } do
+      for _, op in ipairs { "failure", "success" } do
+        local ok, err = pcall(methods[op], self, 0)
+        assert.is_false(ok)
+        assert.matches("bad argument #1 to '" .. op .. "' (backoff.Backoff "
+          .. "expected", err, nil, true)
+      end
+    end
+  end)
+
+  -- the C method behind a wrapper (its upvalue c_failure or c_success)
   local function c_method(name)
     for i = 1, math.huge do
       local n, v = debug.getupvalue(methods[name], i)
       if n == nil then return nil end
-      if n == "c_method" then return v end
+      if n == "c_" .. name then return v end
     end
   end
   local C = { failure = c_method("failure"), success = c_method("success") }

@@ -6,13 +6,15 @@
 -- Under LuaJIT, b:failure() and b:success() go through the FFI to
 -- lbackoff_ffi_step (see csrc/lbackoff_ffi.c): the JIT compiles that into a
 -- direct call, where calling a Lua C function ends the trace.  Only
--- objects in the module's own weak set are passed; anything the step
--- does not handle (a bad argument, a Lua clock, a hint) runs the C
--- method itself, so results and errors are the same either way.  Set
--- BACKOFF_NO_FFI=1 to turn it off.  Returns true when installed.
+-- userdata carrying the module's metatable are passed (Lua code cannot
+-- put it on a userdata of its own), and the step checks their owner;
+-- anything the step does not handle (a bad argument, a Lua clock, a
+-- hint) runs the C method itself, so results and errors are the same
+-- either way.  Set BACKOFF_NO_FFI=1 to turn it off.  Returns true when
+-- installed.
 
-local getenv, pcall, rawget, require, type =
-      os.getenv, pcall, rawget, require, type
+local getenv, getmetatable, pcall, rawget, require, type =
+      os.getenv, getmetatable, pcall, rawget, require, type
 
 return function(core, methods)
   if not rawget(_G, "jit") or getenv("BACKOFF_NO_FFI") then return false end
@@ -21,7 +23,8 @@ return function(core, methods)
                and package.searchpath("backoff.core", package.cpath)
   if not path then return false end
   pcall(ffi.cdef, [[
-    int lbackoff_ffi_step(void *ud, int op, double ts, double *out);
+    int lbackoff_ffi_step(void *ud, const void *owner, int op, double ts,
+                          double *out);
     const void *lbackoff_ffi_token(void);
   ]])                           -- fails harmlessly when already declared
   local ok, step = pcall(function()
@@ -33,30 +36,38 @@ return function(core, methods)
   end)
   if not ok or not step then return false end
 
-  local objects, reasons = core._ffi_objects()
-  local trust = core._ffi_trust
-  if not objects then return false end  -- handed out already (a 2nd load)
+  local reasons, owner = core._ffi_reasons()
+  if not reasons then return false end  -- installed already (a 2nd load)
+  owner = ffi.cast("const void *", owner)  -- a cdata: compiled as a constant
+  local mt = getmetatable(core.constant { delay = 0 })
   local out = ffi.new("double[2]")
   local FAILURE, SUCCESS, NOW = 0, 1, 2
 
-  -- the method op (FAILURE or SUCCESS), falling back to c_method; a
-  -- hint (failure's third argument) always goes to c_method
-  local function method(op, c_method)
-    return function(self, ts, hint)
-      if hint ~= nil then return c_method(self, ts, hint) end
-      local r = -1
-      -- an object joins the set on its first fast call
-      if objects[self] or (objects[self] == nil and trust(self)) then
-        if ts == nil then r = step(self, op + NOW, 0, out)
-        elseif type(ts) == "number" then r = step(self, op, ts, out) end
-      end
-      if r == 0 then return out[0] end
-      if r == 1 then return out[0], out[1] end
-      if r > 1 then return nil, reasons[r] end
-      return c_method(self, ts)
+  -- The step op (FAILURE or SUCCESS) for self, else c_method.  The test
+  -- is the metatable, not membership in a set of objects: a set filled
+  -- at construction made every clone pay for an insertion, and one filled
+  -- on an object's first call made that call take another branch, which
+  -- LuaJIT sometimes compiled as the main path (success() then ran at
+  -- twice its cost in about half the make bench runs).
+  local function run(self, ts, op, c_method)
+    local r = -1
+    if type(self) == "userdata" and getmetatable(self) == mt then
+      if ts == nil then r = step(self, owner, op + NOW, 0, out)
+      elseif type(ts) == "number" then r = step(self, owner, op, ts, out) end
     end
+    if r == 0 then return out[0] end
+    if r == 1 then return out[0], out[1] end
+    if r > 1 then return nil, reasons[r] end
+    return c_method(self, ts)
   end
-  methods.failure = method(FAILURE, methods.failure)
-  methods.success = method(SUCCESS, methods.success)
+  -- A hint (failure's third argument) always goes to the C method.
+  local c_failure, c_success = methods.failure, methods.success
+  methods.failure = function(self, ts, hint)
+    if hint ~= nil then return c_failure(self, ts, hint) end
+    return run(self, ts, FAILURE, c_failure)
+  end
+  methods.success = function(self, ts)
+    return run(self, ts, SUCCESS, c_success)
+  end
   return true
 end
