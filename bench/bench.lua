@@ -65,6 +65,10 @@ local cases = {
       local u = empty.new()
       for i = 1, n do u:floor(i + 0.5) end
     end },
+  { "  + an optional 3rd argument (floor)", base = "ts", function(n)
+      local u = empty.new()
+      for i = 1, n do u:floor_hint(i + 0.5) end
+    end },
   { "b:failure(ts)", base = "ts", function(n)
       local b = backoff.exponential(OPTS)
       for i = 1, n do b:failure(i + 0.5) end

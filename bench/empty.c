@@ -7,6 +7,9 @@
 **   floor    what any b:failure(ts) binding must do before its own work:
 **            check self (pointer, size, owner: as lbackoff.c does), check
 **            that ts is a number, read it, return one number
+**   floor_hint  the same for a method that also takes an optional third
+**            argument (b:failure([ts] [, hint])): one more API call to
+**            see whether it was given
 */
 #include "lua.h"
 #include "lauxlib.h"
@@ -41,6 +44,23 @@ static int empty_floor(lua_State *L) {
   return 1;
 }
 
+static int empty_floor_hint(lua_State *L) {
+  const void *owner = lua_touserdata(L, lua_upvalueindex(1));
+  empty_object *o = (empty_object *)lua_touserdata(L, 1);
+  double hint = 0;
+  if (o == NULL || lua_rawlen(L, 1) != sizeof *o || o->owner != owner)
+    return luaL_argerror(L, 1, "bench object expected");
+  if (lua_gettop(L) > 2) {
+    if (lua_type(L, 3) != LUA_TNUMBER)
+      return luaL_argerror(L, 3, "number expected");
+    hint = lua_tonumber(L, 3);
+  }
+  if (lua_type(L, 2) != LUA_TNUMBER)
+    return luaL_argerror(L, 2, "number expected");
+  lua_pushnumber(L, lua_tonumber(L, 2) * o->factor + hint);
+  return 1;
+}
+
 /* upvalues: the metatable, the owner token */
 static int empty_new(lua_State *L) {
   empty_object *o = (empty_object *)lua_newuserdata(L, sizeof *o);
@@ -65,6 +85,9 @@ int luaopen_bench_empty(lua_State *L) {
   lua_pushvalue(L, -2);
   lua_pushcclosure(L, empty_floor, 1);
   lua_setfield(L, -2, "floor");
+  lua_pushvalue(L, -2);
+  lua_pushcclosure(L, empty_floor_hint, 1);
+  lua_setfield(L, -2, "floor_hint");
   lua_setfield(L, -3, "__index");        /* M, mt, owner */
   lua_pushcclosure(L, empty_new, 2);     /* M, new */
   lua_setfield(L, -2, "new");
