@@ -69,6 +69,10 @@ local cases = {
       local u = empty.new()
       for i = 1, n do u:floor_hint(i + 0.5) end
     end },
+  { "  the same the usual way (floor)", base = "ts", function(n)
+      local u = empty.new()
+      for i = 1, n do u:usual(i + 0.5) end
+    end },
   { "b:failure(ts)", base = "ts", function(n)
       local b = backoff.exponential(OPTS)
       for i = 1, n do b:failure(i + 0.5) end

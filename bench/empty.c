@@ -10,6 +10,8 @@
 **   floor_hint  the same for a method that also takes an optional third
 **            argument (b:failure([ts] [, hint])): one more API call to
 **            see whether it was given
+**   usual    the same checks the usual way: luaL_checkudata (self by its
+**            metatable), luaL_checknumber, luaL_optnumber
 */
 #include "lua.h"
 #include "lauxlib.h"
@@ -61,6 +63,13 @@ static int empty_floor_hint(lua_State *L) {
   return 1;
 }
 
+static int empty_usual(lua_State *L) {
+  empty_object *o = (empty_object *)luaL_checkudata(L, 1, "bench.empty");
+  double hint = (double)luaL_optnumber(L, 3, 0);
+  lua_pushnumber(L, luaL_checknumber(L, 2) * o->factor + hint);
+  return 1;
+}
+
 /* upvalues: the metatable, the owner token */
 static int empty_new(lua_State *L) {
   empty_object *o = (empty_object *)lua_newuserdata(L, sizeof *o);
@@ -75,7 +84,7 @@ int luaopen_bench_empty(lua_State *L);
 
 int luaopen_bench_empty(lua_State *L) {
   lua_newtable(L);                       /* M */
-  lua_newtable(L);                       /* M, mt */
+  luaL_newmetatable(L, "bench.empty");   /* M, mt (registered: usual) */
   lua_newuserdata(L, 1);                 /* M, mt, owner */
   lua_newtable(L);                       /* M, mt, owner, methods */
   lua_pushcfunction(L, empty_noop);
@@ -88,6 +97,8 @@ int luaopen_bench_empty(lua_State *L) {
   lua_pushvalue(L, -2);
   lua_pushcclosure(L, empty_floor_hint, 1);
   lua_setfield(L, -2, "floor_hint");
+  lua_pushcfunction(L, empty_usual);
+  lua_setfield(L, -2, "usual");
   lua_setfield(L, -3, "__index");        /* M, mt, owner */
   lua_pushcclosure(L, empty_new, 2);     /* M, new */
   lua_setfield(L, -2, "new");
