@@ -292,7 +292,8 @@ BACKOFF_API int backoff_init(backoff_t *b, const backoff_config *c,
 
 /*
 ** backoff_init from s->config and s->seed.  A setup that
-** backoff_setup_finish accepted (and nothing set since) is not checked:
+** backoff_setup_finish accepted, and that nothing changed since (neither
+** backoff_setup_set nor a direct write), is not checked:
 ** every value in it was checked as it was set.  Any other is checked
 ** as backoff_init checks.
 */

@@ -426,45 +426,61 @@ static void test_options_by_name(void **state) {
                       "'delay_increment_on_failure'");
 }
 
-/* backoff_setup_finish does not re-check the configuration: whatever
-   it accepts must pass backoff_config_check.  Random option sets (any
-   row, any kind of value, valid or not) for every strategy. */
-static void test_finish_implies_check(void **state) {
+/* one random option of strategy s (mostly a row s accepts), with a
+   random value (mostly a valid number); x is the generator */
+static void set_random(backoff_setup *su, int s, int rows, uint64_t *x) {
   static const double numbers[] = { -1, 0, 0.25, 0.5, 1, 1.5, 2, 3, 10,
-                                    1e308, -0.0 };
+                                    1e308, -0.0, NAN, INFINITY };
   static const char *const names[] = { "none", "full", "equal",
                                        "proportional", "bogus" };
+  backoff_value v;
+  backoff_problem p;
+  int row, pick;
+  *x = *x * 6364136223846793005u + 1442695040888963407u;
+  row = (int)((*x >> 40) % (uint64_t)rows);
+  if ((*x >> 20) % 4 != 0)        /* 3 in 4: a row this strategy takes */
+    while (!((backoff_options[row].accepted >> s) & 1u))
+      row = (row + 1) % rows;
+  pick = (int)((*x >> 33) % 18);
+  memset(&v, 0, sizeof v);
+  if (pick < 13) {
+    v = number_value(numbers[pick]);
+  } else if (pick < 15) {
+    v.type = BACKOFF_V_BOOL;
+    v.boolean = pick == 14;
+  } else {
+    v.type = BACKOFF_V_STRING;
+    v.string = names[(*x >> 50) % 5];
+    v.len = strlen(v.string);
+  }
+  backoff_setup_set(su, row, &v, &p);
+}
+
+/* backoff_setup_finish does not re-check the configuration: whatever
+   it accepts must pass backoff_config_check.  For every strategy,
+   random option sets (its required options first, most of the time;
+   then any rows, any kind of value, valid or not). */
+static void test_finish_implies_check(void **state) {
   uint64_t x = 12345;
-  int s, trial, k, rows, accepted = 0;
+  int s, trial, k, rows;
   (void)state;
   for (rows = 0; backoff_options[rows].name != NULL; rows++) continue;
   for (s = 0; s < BACKOFF_NSTRATEGIES; s++) {
+    int accepted = 0;
     for (trial = 0; trial < 3000; trial++) {
       backoff_setup su;
       backoff_problem p;
       backoff_t b;
-      int n;
+      backoff_value one = number_value(1);
+      int n, with_required;
       x = x * 6364136223846793005u + 1442695040888963407u;
-      n = (int)((x >> 33) % 6);
+      n = (int)((x >> 33) % 7);
+      with_required = (x >> 13) % 10 != 0;    /* 9 in 10 */
       assert_int_equal(backoff_setup_init(&su, s), BACKOFF_OK);
-      for (k = 0; k < n; k++) {
-        backoff_value v;
-        int pick;
-        x = x * 6364136223846793005u + 1442695040888963407u;
-        pick = (int)((x >> 33) % 16);
-        memset(&v, 0, sizeof v);
-        if (pick < 11) {
-          v = number_value(numbers[pick]);
-        } else if (pick < 13) {
-          v.type = BACKOFF_V_BOOL;
-          v.boolean = pick == 12;
-        } else {
-          v.type = BACKOFF_V_STRING;
-          v.string = names[(x >> 20) % 5];
-          v.len = strlen(v.string);
-        }
-        backoff_setup_set(&su, (int)((x >> 40) % (uint64_t)rows), &v, &p);
-      }
+      for (k = 0; k < rows && with_required; k++)
+        if ((backoff_options[k].required >> s) & 1u)
+          backoff_setup_set(&su, k, &one, &p);
+      for (k = 0; k < n; k++) set_random(&su, s, rows, &x);
       if (backoff_setup_finish(&su, &p) != BACKOFF_OK) continue;
       accepted++;
       assert_int_equal(backoff_config_check(&su.config, NULL), BACKOFF_OK);
@@ -472,8 +488,8 @@ static void test_finish_implies_check(void **state) {
       su.checked = 0;             /* the checking path agrees */
       assert_int_equal(backoff_init_setup(&b, &su, 0, NULL), BACKOFF_OK);
     }
+    assert_true(accepted > 300);  /* every strategy reached the check */
   }
-  assert_true(accepted > 1000);   /* the trials reached the check */
 }
 
 /* ---- the server's hint ---- */
