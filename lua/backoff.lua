@@ -8,10 +8,8 @@
 
 local core = require "backoff.core"
 
-local coroutine, error, getmetatable, pairs, pcall, setmetatable,
-      tostring, type =
-      coroutine, error, getmetatable, pairs, pcall, setmetatable,
-      tostring, type
+local coroutine, error, getmetatable, pairs, pcall, setmetatable, type =
+      coroutine, error, getmetatable, pairs, pcall, setmetatable, type
 local huge = math.huge
 
 local M = {
@@ -117,7 +115,7 @@ local function check_ropts(ropts)
             .. " (got " .. got .. ")", 3)
     elseif want == "number" and not (v >= 0 and v < huge) then
       error("backoff.retry: option '" .. k .. "' must be a finite number "
-            .. ">= 0 (got " .. tostring(v) .. ")", 3)
+            .. ">= 0 (got " .. repr(v) .. ")", 3)
     end
   end
 end
@@ -171,8 +169,7 @@ local function next_attempt(st, err)
   if hint ~= nil and not (type(hint) == "number" and hint >= 0
                           and hint < huge) then
     error("backoff.retry: ropts.retry_after must return nil or a finite "
-          .. "number >= 0 (got " .. (type(hint) == "number"
-          and tostring(hint) or type(hint)) .. ")", 0)
+          .. "number >= 0 (got " .. repr(hint) .. ")", 0)
   end
   local now = core_now(b)
   local delay, t, own = core_failure(b, now, hint)

@@ -478,6 +478,8 @@ describe("retry_after", function()
       end
       assert.error_matches(function() retry_after(IMF, "1") end,
         "bad argument #2 to 'retry_after'", nil, true)
+      assert.error_matches(function() retry_after(IMF, 0 / 0) end,
+        "got nan)", nil, true)          -- not "-nan" (glibc)
     end)
   end)
 

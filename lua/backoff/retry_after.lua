@@ -214,8 +214,8 @@ local function retry_after(value, now)
   if now ~= nil and (type(now) ~= "number" or now ~= now
                      or now == 1 / 0 or now == -1 / 0) then
     error("bad argument #2 to 'retry_after' (finite number expected for"
-          .. " 'now', got " .. (type(now) == "number" and tostring(now)
-                                or type(now)) .. ")", 2)
+          .. " 'now', got " .. (now ~= now and "nan"   -- not "-nan"
+            or type(now) == "number" and tostring(now) or type(now)) .. ")", 2)
   end
   local tv = type(value)
   if tv == "number" then
