@@ -258,7 +258,7 @@ bench: deps-test $(call MODULE,5.4) $(call MODULE,luajit) \
 	@echo
 	@$(OUTAGE)
 
-# a full outage in virtual time (about 10 s of CPU): build/outage.csv, .svg
+# a full outage in virtual time (about 9 s of CPU): build/outage.csv, .svg
 OUTAGE = $(call LUA_ENV,luajit) luajit bench/outage.lua \
 	  --csv $(BUILD)/outage.csv --svg $(BUILD)/outage.svg
 .PHONY: outage

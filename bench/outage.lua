@@ -270,8 +270,12 @@ end
 local by_share = {}
 if new_budget then
   for i, share in ipairs(SHARES) do
-    by_share[i] = share == 1 and results[4] or share == 4 and results[6]
-      or simulate(shared(share), OUT_LEN)
+    for s, sc in ipairs(SCENARIOS) do   -- a scenario above, if any
+      if sc.budget and sc.jitter == "full" and (sc.share or 1) == share then
+        by_share[i] = results[s]
+      end
+    end
+    by_share[i] = by_share[i] or simulate(shared(share), OUT_LEN)
   end
 end
 local elapsed = os.clock() - t0
