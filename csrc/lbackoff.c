@@ -206,6 +206,29 @@ static int m_success(lua_State *L) {
   return operate(L, LB_OP_SUCCESS, "success");
 }
 
+/* core._ffi_failure, core._ffi_success: the methods, for the slow path
+   of the FFI wrappers (lua/backoff/ffi.lua).  An object of ours not yet
+   in its state's set joins it here, on its first call, so that its later
+   calls take the fast path: objects that never meet the FFI (a runner's
+   clones, which it drives through core._failure) cost nothing. */
+static void ffi_join(lua_State *L, const char *method) {
+  lbackoff_object *o = self(L, method);
+  if (o->owner->ffi && !(o->flags & LB_KNOWN)) {
+    lbackoff_ffi_reserve(L, o->owner);
+    lbackoff_ffi_add(o->owner, o);
+  }
+}
+
+static int f_ffi_failure(lua_State *L) {
+  ffi_join(L, "failure");
+  return m_failure(L);
+}
+
+static int f_ffi_success(lua_State *L) {
+  ffi_join(L, "success");
+  return m_success(L);
+}
+
 /* core._failure(b, ts, hint): delay, timeout (or nil), own; or nil,
    reason -- the runner's view of a failure (see lua/backoff.lua) */
 static int f_failure(lua_State *L) {
@@ -286,7 +309,7 @@ static int m_clone(lua_State *L) {
   double start = start_of(L, o);
   c = lbackoff_newud(L, o->owner, o->flags & LB_SIDE);
   memcpy(&c->core, &o->core, sizeof c->core);
-  c->flags = o->flags;
+  c->flags |= o->flags & (unsigned char)~LB_KNOWN;   /* c's own KNOWN */
   c->tag = o->tag;
   restart(c, start);
   if (c->flags & LB_SIDE) {         /* the side table is never changed: */
@@ -326,7 +349,8 @@ static int m_tostring(lua_State *L) {
    Lua's), so there is nothing to release; checking self keeps a stray
    call through getmetatable harmless. */
 static int m_gc(lua_State *L) {
-  self(L, "__gc");
+  lbackoff_object *o = self(L, "__gc");
+  lbackoff_ffi_forget(o->owner, o);
   return 0;
 }
 
@@ -384,6 +408,8 @@ static const luaL_Reg methods[] = {
 
 static const luaL_Reg functions[] = {
   {"_ffi_reasons", lbackoff_ffi_reasons},
+  {"_ffi_failure", f_ffi_failure},
+  {"_ffi_success", f_ffi_success},
   {"_failure", f_failure},
   {"_first_timeout", f_first_timeout},
   {"_now", f_now},

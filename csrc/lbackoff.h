@@ -75,7 +75,11 @@ typedef struct lbackoff_state {
   backoff_rng seeds;        /* seeded from the clocks and pid */
   uint32_t seeds_tag;       /* the process tag seeds was seeded in */
   volatile uint32_t *wipe;
-  int ffi;                  /* the FFI path was installed (once per state) */
+  int ffi;                  /* _ffi_reasons was handed out (once per state) */
+  /* with ffi: the addresses of the live objects, for the FFI step (open
+     addressing, a power-of-two number of slots from Lua's allocator) */
+  const void **objects;
+  size_t nslots, nlive, ndead;
 } lbackoff_state;
 
 /* lbackoff_object.flags */
@@ -84,6 +88,7 @@ typedef struct lbackoff_state {
 #define LB_HAS_CLOCK 4
 #define LB_HAS_START 8
 #define LB_DRAWS 16       /* draws random numbers (backoff_config_draws) */
+#define LB_KNOWN 32       /* in its owner's objects (the FFI step's set) */
 
 /*
 ** The userdata of one backoff object.  owner is the state of the module
@@ -91,7 +96,9 @@ typedef struct lbackoff_state {
 ** (after checking the size), which costs no stack traffic, unlike
 ** reading the metatable.  Lua code cannot write the bytes of a
 ** userdata, so it cannot forge owner; a userdata of another library,
-** even given our metatable with debug.setmetatable, fails the check.
+** even given our metatable with debug.setmetatable, fails the methods'
+** check.  (The FFI step reads nothing of a userdata that is not in its
+** owner's set of live objects: see lbackoff_ffi.c.)
 */
 typedef struct lbackoff_object {
   backoff_t core;                 /* first: the FFI passes the object */
@@ -146,6 +153,10 @@ int lbackoff_config(lua_State *L);
 
 /* lbackoff_ffi.c */
 int lbackoff_ffi_reasons(lua_State *L);
+void lbackoff_ffi_reserve(lua_State *L, lbackoff_state *st);
+void lbackoff_ffi_add(lbackoff_state *st, lbackoff_object *o);
+void lbackoff_ffi_forget(lbackoff_state *st, lbackoff_object *o);
+void lbackoff_ffi_free(lua_State *L, lbackoff_state *st);
 void lbackoff_push_ffi_token(lua_State *L);
 
 /* what lbackoff_step does (also the low bit of lbackoff_ffi_step's op) */

@@ -63,10 +63,12 @@ void lbackoff_fresh_stream(lbackoff_object *o) {
 /* __gc of the state: give the page back */
 static int state_gc(lua_State *L) {
   lbackoff_state *st = (lbackoff_state *)lua_touserdata(L, 1);
-  if (st != NULL && st->wipe != NULL) {
+  if (st == NULL) return 0;
+  if (st->wipe != NULL) {
     munmap((void *)(uintptr_t)st->wipe, 4096);
     st->wipe = NULL;
   }
+  lbackoff_ffi_free(L, st);    /* objects collected later forget nothing */
   return 0;
 }
 
@@ -74,6 +76,8 @@ static void state_init(lbackoff_state *st) {
   void *page = MAP_FAILED;
   st->wipe = NULL;
   st->ffi = 0;
+  st->objects = NULL;
+  st->nslots = st->nlive = st->ndead = 0;
 #if defined(MADV_WIPEONFORK) && defined(MAP_ANONYMOUS)
   page = mmap(NULL, 4096, PROT_READ | PROT_WRITE,
               MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);

@@ -5,16 +5,19 @@
 ** Under LuaJIT, b:failure() and b:success() call lbackoff_ffi_step
 ** through the FFI: the JIT compiles that into a direct call, where a Lua
 ** C function stops the trace.  The FFI cannot check what it passes, so
-** Lua passes only userdata carrying this module's metatable, which Lua
-** code cannot give to a userdata of its own (setmetatable takes tables;
-** only the debug library can), and the step compares the object's owner
-** with this module's state before anything else, as the methods' self
-** check does.  That is luaL_checkudata's guarantee plus the owner: a C
-** library that puts our metatable on a smaller userdata of its own is
-** outside it.  Whatever the step does not handle (a hint, a Lua clock, a
-** bad timestamp, another owner) it leaves untouched and answers
-** LB_FFI_SLOW: the method proper then runs and raises the error or calls
-** the Lua clock.
+** the step reads nothing of a pointer that is not in its state's set of
+** live objects: each object enters the set when it is built (once the
+** fast path is installed) and leaves it in its __gc.  Lua passes only
+** userdata carrying the module's metatable (so that other values never
+** reach the FFI at all); a userdata given the metatable by the debug
+** library, or by C, is not in the set, and the method proper refuses it.
+** The set is a table of addresses in C, not a Lua weak table: entering
+** it costs a constructor a few dozen instructions and the collector
+** nothing, and a Lua-side check per object made LuaJIT compile the first
+** call of each object as a separate path.  Whatever the step does not
+** handle (a hint, a Lua clock, a bad timestamp, an unknown pointer) it
+** leaves untouched and answers LB_FFI_SLOW: the method proper then runs
+** and raises the error or calls the Lua clock.
 */
 
 #include <stdint.h>
@@ -32,11 +35,98 @@ LBACKOFF_EXPORT int lbackoff_ffi_step(void *ud, const void *owner, int op,
                                       double ts, double *out);
 LBACKOFF_EXPORT const void *lbackoff_ffi_token(void);
 
+/* ----------------------------------------------------------------- */
+/* the set of live objects                                           */
+/* ----------------------------------------------------------------- */
+
+/* a slot that held an object (its search goes on past it) */
+#define DEAD ((const void *)&dead_slot)
+static const char dead_slot = 0;
+
+static size_t slot_of(const void *p, size_t nslots) {
+  uint64_t h = (uint64_t)((uintptr_t)p >> 4) * UINT64_C(0x9e3779b97f4a7c15);
+  return (size_t)(h >> 32) & (nslots - 1);
+}
+
+static int known(const lbackoff_state *st, const void *p) {
+  size_t i;
+  if (st->nslots == 0) return 0;
+  for (i = slot_of(p, st->nslots); st->objects[i] != NULL;
+       i = (i + 1) & (st->nslots - 1))
+    if (st->objects[i] == p) return 1;
+  return 0;
+}
+
+static void put(const void **slots, size_t nslots, const void *p) {
+  size_t i = slot_of(p, nslots);
+  while (slots[i] != NULL && slots[i] != DEAD) i = (i + 1) & (nslots - 1);
+  slots[i] = p;
+}
+
+/* room for one more object: call before building it (may raise a
+   memory error, while nothing is half made) */
+void lbackoff_ffi_reserve(lua_State *L, lbackoff_state *st) {
+  void *ud;
+  lua_Alloc alloc;
+  const void **slots;
+  size_t n, i;
+  if ((st->nlive + st->ndead + 1) * 2 <= st->nslots) return;
+  for (n = 64; n < (st->nlive + 1) * 4; n *= 2) continue;
+  alloc = lua_getallocf(L, &ud);
+  slots = (const void **)alloc(ud, NULL, 0, n * sizeof *slots);
+  if (slots == NULL) luaL_error(L, "not enough memory");
+  for (i = 0; i < n; i++) slots[i] = NULL;
+  for (i = 0; i < st->nslots; i++)
+    if (st->objects[i] != NULL && st->objects[i] != DEAD)
+      put(slots, n, st->objects[i]);
+  i = st->nlive;
+  lbackoff_ffi_free(L, st);
+  st->objects = slots;
+  st->nslots = n;
+  st->nlive = i;
+}
+
+/* o joins the set (after lbackoff_ffi_reserve) */
+void lbackoff_ffi_add(lbackoff_state *st, lbackoff_object *o) {
+  size_t i = slot_of(o, st->nslots);
+  while (st->objects[i] != NULL && st->objects[i] != DEAD)
+    i = (i + 1) & (st->nslots - 1);
+  if (st->objects[i] == DEAD) st->ndead--;
+  st->objects[i] = o;
+  st->nlive++;
+  o->flags |= LB_KNOWN;
+}
+
+/* o leaves the set (its __gc) */
+void lbackoff_ffi_forget(lbackoff_state *st, lbackoff_object *o) {
+  size_t i;
+  if (!(o->flags & LB_KNOWN) || st->nslots == 0) return;
+  for (i = slot_of(o, st->nslots); st->objects[i] != NULL;
+       i = (i + 1) & (st->nslots - 1))
+    if (st->objects[i] == o) {
+      st->objects[i] = DEAD;
+      st->nlive--;
+      st->ndead++;
+      break;
+    }
+  o->flags &= (unsigned char)~LB_KNOWN;
+}
+
+/* the slots back to Lua's allocator (the state's __gc, a regrowth) */
+void lbackoff_ffi_free(lua_State *L, lbackoff_state *st) {
+  void *ud;
+  lua_Alloc alloc = lua_getallocf(L, &ud);
+  if (st->objects != NULL)
+    alloc(ud, (void *)st->objects, st->nslots * sizeof *st->objects, 0);
+  st->objects = NULL;
+  st->nslots = st->nlive = st->ndead = 0;
+}
+
 LBACKOFF_EXPORT int lbackoff_ffi_step(void *ud, const void *owner, int op,
                                       double ts, double *out) {
   lbackoff_object *o = (lbackoff_object *)ud;
   backoff_result r;
-  if (o->owner != owner) return LB_FFI_SLOW;
+  if (!known((const lbackoff_state *)owner, ud)) return LB_FFI_SLOW;
   if (op & LB_FFI_NOW) {
     if (o->flags & LB_HAS_CLOCK) return LB_FFI_SLOW;
     ts = lbackoff_monotonic();
@@ -62,10 +152,11 @@ void lbackoff_push_ffi_token(lua_State *L) {
   lua_pushlightuserdata(L, (void *)(uintptr_t)&ffi_token_byte);
 }
 
-/* _ffi_reasons(): the give-up reasons by step result, and the state
-   the step compares owners with (a light userdata); the first call per
-   lua_State only, so that a second load of the module (which finds the
-   methods already wrapped) does not wrap them again */
+/* _ffi_reasons(): the give-up reasons by step result, the state the
+   step compares owners with (a light userdata) and the objects'
+   metatable; on the first call per lua_State only, so that a second load
+   of the module (which finds the methods already wrapped) does not wrap
+   them again */
 int lbackoff_ffi_reasons(lua_State *L) {
   lbackoff_state *st = (lbackoff_state *)lua_touserdata(L, UV_STATE);
   int g;
@@ -77,5 +168,6 @@ int lbackoff_ffi_reasons(lua_State *L) {
     lua_rawseti(L, -2, LB_FFI_GIVE_UP + g);
   }
   lua_pushlightuserdata(L, st);
-  return 2;
+  lua_pushvalue(L, UV_META);
+  return 3;
 }

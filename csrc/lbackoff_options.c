@@ -174,7 +174,7 @@ int lbackoff_construct(lua_State *L, int s, int idx, int names) {
   if (!(h.flags & LB_SEEDED)) su.seed = lbackoff_new_seed(o->owner, &o->tag);
   else o->tag = lbackoff_tag(o->owner);
   backoff_init_setup(&o->core, &su, start, NULL); /* finish checked it */
-  o->flags = (unsigned char)
+  o->flags |= (unsigned char)
     (h.flags | (backoff_config_draws(&su.config) ? LB_DRAWS : 0));
   if (!lua_isnil(L, side)) {
     o->flags |= LB_SIDE;

@@ -1,6 +1,6 @@
--- The LuaJIT FFI fast path of failure() and success() (lua/backoff.lua,
--- lbackoff_ffi_step in csrc/lbackoff.c): on when it should be, and giving
--- exactly what the C methods give.  Registered only under LuaJIT.
+-- The LuaJIT FFI fast path of failure() and success() (lua/backoff/ffi.lua,
+-- lbackoff_ffi_step in csrc/lbackoff_ffi.c): on when it should be, and
+-- giving exactly what the C methods give.  Registered only under LuaJIT.
 if not rawget(_G, "jit") then return end
 
 local backoff = require "backoff"
@@ -30,29 +30,83 @@ describe("the LuaJIT FFI fast path", function()
     assert.equal(0, select("#", core._ffi_reasons()))
   end)
 
-  it("passes only our objects to the FFI", function()
-    -- a table given the very metatable, and other values: the C method's
-    -- refusal, not an FFI conversion error
-    local mt = getmetatable(backoff.constant { delay = 1 })
-    for _, self in ipairs { setmetatable({}, mt), io.stdout, {} } do
-      for _, op in ipairs { "failure", "success" } do
-        local ok, err = pcall(methods[op], self, 0)
-        assert.is_false(ok)
-        assert.matches("bad argument #1 to '" .. op .. "' (backoff.Backoff "
-          .. "expected", err, nil, true)
+  -- the upvalue called name of function f, and a setter for it
+  local function upvalue(f, name)
+    for i = 1, math.huge do
+      local n, v = debug.getupvalue(f, i)
+      if n == nil then error("no upvalue " .. name) end
+      if n == name then
+        return v, function(x) debug.setupvalue(f, i, x) end
       end
     end
-  end)
-
-  -- the C method behind a wrapper (its upvalue c_failure or c_success)
-  local function c_method(name)
-    for i = 1, math.huge do
-      local n, v = debug.getupvalue(methods[name], i)
-      if n == nil then return nil end
-      if n == "c_" .. name then return v end
-    end
   end
-  local C = { failure = c_method("failure"), success = c_method("success") }
+
+  it("passes the FFI only userdata carrying the module's metatable",
+    function()
+      local mt = getmetatable(backoff.constant { delay = 1 })
+      local run = upvalue(methods.failure, "run")
+      local step, set_step = upvalue(run, "step")
+      local seen = {}
+      -- compiled traces may hold the step as a constant: interpret
+      jit.off()
+      jit.flush()
+      set_step(function(self) seen[self] = true return -1 end)  -- a spy
+      local bad = { setmetatable({}, mt), io.stdout, {}, 1, "x" }
+      local ok_all = pcall(function()
+        for _, self in ipairs(bad) do
+          for _, op in ipairs { "failure", "success" } do
+            local ok, err = pcall(methods[op], self, 0)
+            assert.is_false(ok)
+            assert.matches("bad argument #1 to '" .. op
+              .. "' (backoff.Backoff expected", err, nil, true)
+          end
+        end
+      end)
+      local real = backoff.constant { delay = 1 }
+      real:failure(0)                -- the spy sees a real object
+      set_step(step)
+      jit.on()
+      assert.is_true(ok_all)
+      for _, self in ipairs(bad) do assert.is_nil(seen[self]) end
+      assert.is_true(seen[real])
+    end)
+
+  it("steps only objects it knows: each joins on its first call",
+    function()
+      local run = upvalue(methods.failure, "run")
+      local step, set_step = upvalue(run, "step")
+      local log = {}
+      jit.off()
+      jit.flush()
+      set_step(function(...)      -- the real step, its answers logged
+        local r = step(...)
+        log[#log + 1] = r
+        return r
+      end)
+      local ok_all, err = pcall(function()
+        local b = backoff.constant { delay = 1 }
+        assert.equal(1, b:failure(0))   -- unknown: the method, which
+        assert.equal(1, b:failure(1))   -- adds it; then the fast path
+        getmetatable(b).__gc(b)         -- forgotten: the method again
+        assert.equal(0, b:success(2))
+        assert.equal(0, b:success(3))
+        -- another library's userdata given the metatable: the step
+        -- answers "not mine" without reading it, the method refuses it
+        local f = assert(io.tmpfile())
+        debug.setmetatable(f, getmetatable(b))
+        local ok = pcall(methods.failure, f, 0)
+        debug.setmetatable(f, getmetatable(io.stdout))
+        f:close()
+        assert.is_false(ok)
+      end)
+      set_step(step)
+      jit.on()
+      assert(ok_all, err)
+      assert.same({ -1, 0, -1, 0, -1 }, log)
+    end)
+
+  -- the C methods behind the wrappers (their slow path)
+  local C = { failure = core._ffi_failure, success = core._ffi_success }
 
   -- two identical objects: one driven through the wrappers, one through
   -- the C methods directly

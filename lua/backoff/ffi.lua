@@ -36,20 +36,19 @@ return function(core, methods)
   end)
   if not ok or not step then return false end
 
-  local reasons, owner = core._ffi_reasons()
+  local reasons, owner, mt = core._ffi_reasons()
   if not reasons then return false end  -- installed already (a 2nd load)
   owner = ffi.cast("const void *", owner)  -- a cdata: compiled as a constant
-  local mt = getmetatable(core.constant { delay = 0 })
   local out = ffi.new("double[2]")
   local FAILURE, SUCCESS, NOW = 0, 1, 2
 
-  -- The step op (FAILURE or SUCCESS) for self, else c_method.  The test
-  -- is the metatable, not membership in a set of objects: a set filled
-  -- at construction made every clone pay for an insertion, and one filled
-  -- on an object's first call made that call take another branch, which
-  -- LuaJIT sometimes compiled as the main path (success() then ran at
-  -- twice its cost in about half the make bench runs).
-  local function run(self, ts, op, c_method)
+  -- The step op (FAILURE or SUCCESS) for self, else slow (the method,
+  -- through which an object joins the set the step knows).  Only
+  -- userdata carrying the module's metatable are passed: other values
+  -- never reach the FFI.  (A Lua-side set of objects, checked here, made
+  -- LuaJIT sometimes compile an object's first call as the main path:
+  -- success() then ran at twice its cost in most make bench runs.)
+  local function run(self, ts, op, slow)
     local r = -1
     if type(self) == "userdata" and getmetatable(self) == mt then
       if ts == nil then r = step(self, owner, op + NOW, 0, out)
@@ -58,16 +57,17 @@ return function(core, methods)
     if r == 0 then return out[0] end
     if r == 1 then return out[0], out[1] end
     if r > 1 then return nil, reasons[r] end
-    return c_method(self, ts)
+    return slow(self, ts)
   end
   -- A hint (failure's third argument) always goes to the C method.
-  local c_failure, c_success = methods.failure, methods.success
+  local c_failure = methods.failure
+  local slow_failure, slow_success = core._ffi_failure, core._ffi_success
   methods.failure = function(self, ts, hint)
     if hint ~= nil then return c_failure(self, ts, hint) end
-    return run(self, ts, FAILURE, c_failure)
+    return run(self, ts, FAILURE, slow_failure)
   end
   methods.success = function(self, ts)
-    return run(self, ts, SUCCESS, c_success)
+    return run(self, ts, SUCCESS, slow_success)
   end
   return true
 end
