@@ -104,7 +104,7 @@ test: deps-test $(foreach v,$(LUA_VERSIONS),$(call MODULE,$(v)))
 	done
 	@BACKOFF_NO_FFI=1 $(SUITE) busted-luajit-noffi luajit /usr/bin/busted \
 	  --lpath='./lua/?.lua' --cpath="./$(BUILD)/luajit/?.so" -o TAP spec
-	@for v in 5.1 5.4; do \
+	@for v in 5.1 5.4 luajit; do \
 	  $(SUITE) asan-busted-$$v $(MAKE) -s asan-busted V=$$v; done
 	@for v in 5.1 5.4 luajit; do \
 	  $(SUITE) valgrind-$$v $(MAKE) -s valgrind V=$$v; done
@@ -187,7 +187,7 @@ ASAN_RT = $(shell $(CC) -print-file-name=libasan.so)
 asan-busted: $(BUILD)/asan-$(V)/backoff/core.so
 	@LD_PRELOAD=$(ASAN_RT) ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 \
 	  UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
-	  lua$(V) /usr/bin/busted --lpath='./lua/?.lua' \
+	  $(call lua_bin,$(V)) /usr/bin/busted --lpath='./lua/?.lua' \
 	  --cpath='./$(BUILD)/asan-$(V)/?.so' -o TAP spec
 
 # valgrind over the smoke script (V = 5.1, 5.4 or luajit)
