@@ -30,6 +30,15 @@ void lbackoff_setfuncs(lua_State *L, const luaL_Reg *l, int nup) {
 }
 #endif
 
+#if LUA_VERSION_NUM < 503
+int lbackoff_newmetatable(lua_State *L, const char *name) {
+  if (!luaL_newmetatable(L, name)) return 0;
+  lua_pushstring(L, name);
+  lua_setfield(L, -2, "__name");
+  return 1;
+}
+#endif
+
 /* ----------------------------------------------------------------- */
 /* self                                                              */
 /* ----------------------------------------------------------------- */
@@ -437,12 +446,8 @@ static void register_in(lua_State *L, int t, int mt, int state,
 */
 static void open_metatable(lua_State *L, int state) {
   int mt;
-  if (luaL_newmetatable(L, LBACKOFF_MT)) {
+  if (lbackoff_newmetatable(L, LBACKOFF_MT)) {
     mt = lua_gettop(L);
-#if LUA_VERSION_NUM < 503
-    lua_pushstring(L, LBACKOFF_MT);     /* 5.3+ sets __name itself */
-    lua_setfield(L, mt, "__name");
-#endif
     register_in(L, mt, mt, state, meta_functions);
   }
   mt = lua_gettop(L);

@@ -34,6 +34,12 @@ void lbackoff_setfuncs(lua_State *L, const luaL_Reg *l, int nup);
 #if LUA_VERSION_NUM < 504
 #define lua_newuserdatauv(L, sz, nuv) lua_newuserdata(L, sz)
 #endif
+/* luaL_newmetatable, with __name before 5.3 too (5.3+ sets it) */
+#if LUA_VERSION_NUM < 503
+int lbackoff_newmetatable(lua_State *L, const char *name);
+#else
+#define lbackoff_newmetatable(L, name) luaL_newmetatable(L, name)
+#endif
 /* the side table of an object: its uservalue (5.2+) or environment */
 #if LUA_VERSION_NUM == 501
 #define lbackoff_setuv(L, i) lua_setfenv(L, i)

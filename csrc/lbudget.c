@@ -165,11 +165,7 @@ static const luaL_Reg lbudget_methods[] = {
 
 void lbackoff_open_budget(lua_State *L) {
   /* built once per lua_State: a second load of the module shares it */
-  if (luaL_newmetatable(L, LBUDGET_MT)) {
-#if LUA_VERSION_NUM < 503
-    lua_pushstring(L, LBUDGET_MT);       /* 5.3+ sets __name itself */
-    lua_setfield(L, -2, "__name");
-#endif
+  if (lbackoff_newmetatable(L, LBUDGET_MT)) {
     lua_newtable(L);
     luaL_setfuncs(L, lbudget_methods, 0);
     lua_setfield(L, -2, "__index");
