@@ -220,21 +220,13 @@ static int m_success(lua_State *L) {
    in its state's set joins it here, on its first call, so that its later
    calls take the fast path: objects that never meet the FFI (a runner's
    clones, which it drives through core._failure) cost nothing. */
-static void ffi_join(lua_State *L, const char *method) {
-  lbackoff_object *o = self(L, method);
-  if (o->owner->ffi && !(o->flags & LB_KNOWN)) {
-    lbackoff_ffi_reserve(L, o->owner);
-    lbackoff_ffi_add(o->owner, o);
-  }
-}
-
 static int f_ffi_failure(lua_State *L) {
-  ffi_join(L, "failure");
+  lbackoff_ffi_join(L, self(L, "failure"));
   return m_failure(L);
 }
 
 static int f_ffi_success(lua_State *L) {
-  ffi_join(L, "success");
+  lbackoff_ffi_join(L, self(L, "success"));
   return m_success(L);
 }
 
@@ -359,7 +351,7 @@ static int m_tostring(lua_State *L) {
    call through getmetatable harmless. */
 static int m_gc(lua_State *L) {
   lbackoff_object *o = self(L, "__gc");
-  lbackoff_ffi_forget(o->owner, o);
+  lbackoff_ffi_forget(o);
   return 0;
 }
 

@@ -159,9 +159,8 @@ int lbackoff_config(lua_State *L);
 
 /* lbackoff_ffi.c */
 int lbackoff_ffi_reasons(lua_State *L);
-void lbackoff_ffi_reserve(lua_State *L, lbackoff_state *st);
-void lbackoff_ffi_add(lbackoff_state *st, lbackoff_object *o);
-void lbackoff_ffi_forget(lbackoff_state *st, lbackoff_object *o);
+void lbackoff_ffi_join(lua_State *L, lbackoff_object *o);
+void lbackoff_ffi_forget(lbackoff_object *o);
 void lbackoff_ffi_free(lua_State *L, lbackoff_state *st);
 void lbackoff_push_ffi_token(lua_State *L);
 

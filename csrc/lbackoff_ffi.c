@@ -48,67 +48,71 @@ static size_t slot_of(const void *p, size_t nslots) {
   return (size_t)(h >> 32) & (nslots - 1);
 }
 
-static int known(const lbackoff_state *st, const void *p) {
+/* the slot holding p, or NULL */
+static const void **find(const lbackoff_state *st, const void *p) {
   size_t i;
-  if (st->nslots == 0) return 0;
+  if (st->nslots == 0) return NULL;
   for (i = slot_of(p, st->nslots); st->objects[i] != NULL;
        i = (i + 1) & (st->nslots - 1))
-    if (st->objects[i] == p) return 1;
-  return 0;
+    if (st->objects[i] == p) return &st->objects[i];
+  return NULL;
 }
 
-static void put(const void **slots, size_t nslots, const void *p) {
+/* the first empty or dead slot on p's path */
+static const void **free_slot(const void **slots, size_t nslots,
+                              const void *p) {
   size_t i = slot_of(p, nslots);
   while (slots[i] != NULL && slots[i] != DEAD) i = (i + 1) & (nslots - 1);
-  slots[i] = p;
+  return &slots[i];
 }
 
-/* room for one more object: call before building it (may raise a
-   memory error, while nothing is half made) */
-void lbackoff_ffi_reserve(lua_State *L, lbackoff_state *st) {
+/* room for one more object (may raise a memory error, before anything
+   changes) */
+static void reserve(lua_State *L, lbackoff_state *st) {
   void *ud;
   lua_Alloc alloc;
   const void **slots;
-  size_t n, i;
+  size_t n, i, live = st->nlive;
   if ((st->nlive + st->ndead + 1) * 2 <= st->nslots) return;
-  for (n = 64; n < (st->nlive + 1) * 4; n *= 2) continue;
+  for (n = 64; n < (live + 1) * 4; n *= 2) continue;
   alloc = lua_getallocf(L, &ud);
   slots = (const void **)alloc(ud, NULL, 0, n * sizeof *slots);
   if (slots == NULL) luaL_error(L, "not enough memory");
   for (i = 0; i < n; i++) slots[i] = NULL;
   for (i = 0; i < st->nslots; i++)
     if (st->objects[i] != NULL && st->objects[i] != DEAD)
-      put(slots, n, st->objects[i]);
-  i = st->nlive;
+      *free_slot(slots, n, st->objects[i]) = st->objects[i];
   lbackoff_ffi_free(L, st);
   st->objects = slots;
   st->nslots = n;
-  st->nlive = i;
+  st->nlive = live;
 }
 
-/* o joins the set (after lbackoff_ffi_reserve) */
-void lbackoff_ffi_add(lbackoff_state *st, lbackoff_object *o) {
-  size_t i = slot_of(o, st->nslots);
-  while (st->objects[i] != NULL && st->objects[i] != DEAD)
-    i = (i + 1) & (st->nslots - 1);
-  if (st->objects[i] == DEAD) st->ndead--;
-  st->objects[i] = o;
+/* o joins its owner's set, when the FFI path is installed and o is not
+   in it yet (the FFI wrappers' slow path) */
+void lbackoff_ffi_join(lua_State *L, lbackoff_object *o) {
+  lbackoff_state *st = o->owner;
+  const void **slot;
+  if (!st->ffi || (o->flags & LB_KNOWN)) return;
+  reserve(L, st);
+  slot = free_slot(st->objects, st->nslots, o);
+  if (*slot == DEAD) st->ndead--;
+  *slot = o;
   st->nlive++;
   o->flags |= LB_KNOWN;
 }
 
 /* o leaves the set (its __gc) */
-void lbackoff_ffi_forget(lbackoff_state *st, lbackoff_object *o) {
-  size_t i;
-  if (!(o->flags & LB_KNOWN) || st->nslots == 0) return;
-  for (i = slot_of(o, st->nslots); st->objects[i] != NULL;
-       i = (i + 1) & (st->nslots - 1))
-    if (st->objects[i] == o) {
-      st->objects[i] = DEAD;
-      st->nlive--;
-      st->ndead++;
-      break;
-    }
+void lbackoff_ffi_forget(lbackoff_object *o) {
+  lbackoff_state *st = o->owner;
+  const void **slot;
+  if (!(o->flags & LB_KNOWN)) return;
+  slot = find(st, o);
+  if (slot != NULL) {           /* NULL: the state's own __gc came first */
+    *slot = DEAD;
+    st->nlive--;
+    st->ndead++;
+  }
   o->flags &= (unsigned char)~LB_KNOWN;
 }
 
@@ -126,7 +130,7 @@ LBACKOFF_EXPORT int lbackoff_ffi_step(void *ud, const void *owner, int op,
                                       double ts, double *out) {
   lbackoff_object *o = (lbackoff_object *)ud;
   backoff_result r;
-  if (!known((const lbackoff_state *)owner, ud)) return LB_FFI_SLOW;
+  if (find((const lbackoff_state *)owner, ud) == NULL) return LB_FFI_SLOW;
   if (op & LB_FFI_NOW) {
     if (o->flags & LB_HAS_CLOCK) return LB_FFI_SLOW;
     ts = lbackoff_monotonic();
