@@ -502,6 +502,8 @@ LBACKOFF_EXPORT int luaopen_backoff_core(lua_State *L) {
   open_constructors(L, M, mt, state);
   lua_pushvalue(L, mt + 1);     /* for the Lua half: adds retry */
   lua_setfield(L, M, "methods");
+  lua_pushvalue(L, mt);         /* for the Lua half: "is it an object?" */
+  lua_setfield(L, M, "_metatable");
   lua_pushliteral(L, "backoff " BACKOFF_VERSION);
   lua_setfield(L, M, "_VERSION");
   lbackoff_push_ffi_token(L);

@@ -156,11 +156,10 @@ void lbackoff_push_ffi_token(lua_State *L) {
   lua_pushlightuserdata(L, (void *)(uintptr_t)&ffi_token_byte);
 }
 
-/* _ffi_reasons(): the give-up reasons by step result, the state the
-   step compares owners with (a light userdata) and the objects'
-   metatable; on the first call per lua_State only, so that a second load
-   of the module (which finds the methods already wrapped) does not wrap
-   them again */
+/* _ffi_reasons(): the give-up reasons by step result and the state
+   whose set the step looks in (a light userdata); on the first call per
+   lua_State only, so that a second load of the module (which finds the
+   methods already wrapped) does not wrap them again */
 int lbackoff_ffi_reasons(lua_State *L) {
   lbackoff_state *st = (lbackoff_state *)lua_touserdata(L, UV_STATE);
   int g;
@@ -172,6 +171,5 @@ int lbackoff_ffi_reasons(lua_State *L) {
     lua_rawseti(L, -2, LB_FFI_GIVE_UP + g);
   }
   lua_pushlightuserdata(L, st);
-  lua_pushvalue(L, UV_META);
-  return 3;
+  return 2;
 }

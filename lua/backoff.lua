@@ -25,7 +25,7 @@ for i, name in ipairs(core.strategies) do
 end
 
 local methods = core.methods
-local backoff_mt = getmetatable(core.constant { delay = 0 })
+local backoff_mt = core._metatable
 
 local function is_backoff(v)
   return type(v) == "userdata" and getmetatable(v) == backoff_mt

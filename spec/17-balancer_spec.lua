@@ -164,6 +164,11 @@ describe("backoff.balancer", function()
     assert.error_matches(function() balancer(nil) end,
       "bad argument #1 to 'balancer' (backoff object expected, got nil)",
       nil, true)
+    -- another userdata of this module (a budget) is not a policy
+    local fake = backoff.budget {}
+    assert.error_matches(function() balancer(fake) end,
+      "bad argument #1 to 'balancer' (backoff object expected, got "
+      .. "userdata)", nil, true)
     local cases = {
       { 5, "options must be a table (got number)" },
       { { retries = 1 }, "unknown option 'retries'" },

@@ -49,7 +49,9 @@ local error, getmetatable, max, pairs, rawget, setmetatable, tostring, type =
       error, getmetatable, math.max, pairs, rawget, setmetatable, tostring,
       type
 
-local repr = require("backoff.core")._repr   -- short, escaped
+local core = require "backoff.core"
+local repr = core._repr                     -- short, escaped
+local backoff_mt = core._metatable
 local nb          -- ngx.balancer, loaded on first use
 local none = {}   -- no options
 
@@ -151,8 +153,7 @@ function M.done(opts, ok)
 end
 
 local function balancer(policy, opts)
-  if type(policy) ~= "userdata" or not getmetatable(policy)
-     or type(policy.clone) ~= "function" then
+  if type(policy) ~= "userdata" or getmetatable(policy) ~= backoff_mt then
     error("bad argument #1 to 'balancer' (backoff object expected, got "
           .. type(policy) .. ")", 2)
   end

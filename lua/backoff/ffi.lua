@@ -36,7 +36,8 @@ return function(core, methods)
   end)
   if not ok or not step then return false end
 
-  local reasons, owner, mt = core._ffi_reasons()
+  local reasons, owner = core._ffi_reasons()
+  local mt = core._metatable
   if not reasons then return false end  -- installed already (a 2nd load)
   owner = ffi.cast("const void *", owner)  -- a cdata: compiled as a constant
   local out = ffi.new("double[2]")
