@@ -104,13 +104,11 @@ static double object_now(lua_State *L, int idx, const lbackoff_object *o,
   double t;
   if (!(o->flags & LB_HAS_CLOCK)) return lbackoff_monotonic();
   lbackoff_getuv(L, idx);
-  lua_getfield(L, -1, "clock");   /* side, clock */
-  lua_call(L, 0, 1);              /* side, t */
-  t = lua_tonumber(L, -1);
-  if (lua_type(L, -1) != LUA_TNUMBER || !lbackoff_is_finite(t))
-    luaL_error(L, "backoff.%s:%s: clock must return a finite number (got %s)",
-               strategy_name(o), method, lbackoff_repr(L, -1));
-  lua_pop(L, 2);
+  if (!lbackoff_call_clock(L, lua_gettop(L), &t))
+    luaL_error(L, "backoff.%s:%s: %s must return a finite number (got %s)",
+               strategy_name(o), method, lbackoff_kind_name(BACKOFF_K_FUNCTION),
+               lbackoff_repr(L, -1));
+  lua_pop(L, 1);
   return t;
 }
 
@@ -298,7 +296,7 @@ static double start_of(lua_State *L, const lbackoff_object *o) {
   double start;
   if (!(o->flags & LB_HAS_START)) return time_arg(L, 2, o, "clone");
   lbackoff_getuv(L, 1);
-  lua_getfield(L, -1, "start");
+  lua_rawgeti(L, -1, LB_SLOT_START);
   start = lua_tonumber(L, -1);
   lua_pop(L, 2);
   return start;

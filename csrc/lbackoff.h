@@ -51,6 +51,12 @@ int lbackoff_newmetatable(lua_State *L, const char *name);
 #define lbackoff_setuv(L, i) lua_setiuservalue(L, i, 1)
 #define lbackoff_getuv(L, i) lua_getiuservalue(L, i, 1)
 #endif
+/* its slots, by the kind of option they hold (integer keys: the binding
+   names no option) */
+#define LB_SLOT_START 1
+#define LB_SLOT_CLOCK 2
+#define LB_SLOT(kind) \
+  ((kind) == BACKOFF_K_START ? LB_SLOT_START : LB_SLOT_CLOCK)
 
 #if defined(_WIN32)
 #define LBACKOFF_EXPORT __declspec(dllexport)
@@ -132,6 +138,7 @@ static inline uint32_t lbackoff_tag(lbackoff_state *st) {
 uint64_t lbackoff_new_seed(lbackoff_state *st, uint32_t *tag);
 void lbackoff_fresh_stream(lbackoff_object *o);
 int lbackoff_now(lua_State *L);
+int lbackoff_call_clock(lua_State *L, int side, double *t);
 int lbackoff_sleep(lua_State *L);
 
 /* an unseeded object copied into a forked child gets its own stream */
@@ -154,6 +161,7 @@ lbackoff_object *lbackoff_check(lua_State *L, int idx, const char *fname);
 
 /* lbackoff_options.c */
 void lbackoff_push_names(lua_State *L, int strategy);
+const char *lbackoff_kind_name(int kind);
 int lbackoff_construct(lua_State *L, int strategy, int idx, int names);
 int lbackoff_config(lua_State *L);
 

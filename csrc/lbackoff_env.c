@@ -111,6 +111,18 @@ lbackoff_state *lbackoff_push_state(lua_State *L) {
   return st;
 }
 
+/* call the clock option held by the side table at side: 1 and *t when
+   it returns a finite number; else 0, with what it returned on top of
+   the stack (for the caller's message) */
+int lbackoff_call_clock(lua_State *L, int side, double *t) {
+  lua_rawgeti(L, side, LB_SLOT_CLOCK);
+  lua_call(L, 0, 1);
+  *t = lua_tonumber(L, -1);
+  if (lua_type(L, -1) != LUA_TNUMBER || !lbackoff_is_finite(*t)) return 0;
+  lua_pop(L, 1);
+  return 1;
+}
+
 /* backoff.now(): the default clock */
 int lbackoff_now(lua_State *L) {
   lua_pushnumber(L, (lua_Number)lbackoff_monotonic());

@@ -28,6 +28,14 @@ void lbackoff_push_names(lua_State *L, int s) {
     }
 }
 
+/* the name of the first option of this kind, for messages */
+const char *lbackoff_kind_name(int kind) {
+  int i;
+  for (i = 0; backoff_options[i].name != NULL; i++)
+    if (backoff_options[i].kind == kind) return backoff_options[i].name;
+  return "?";
+}
+
 /* what the options gave that the binding itself holds or acts on */
 typedef struct held {
   unsigned char flags;    /* LB_SEEDED, LB_HAS_START, LB_HAS_CLOCK */
@@ -110,7 +118,7 @@ static void read_option(lua_State *L, int s, int names, backoff_setup *su,
       lua_replace(L, side);
     }
     lua_pushvalue(L, -1);
-    lua_setfield(L, side, backoff_options[row].name);
+    lua_rawseti(L, side, LB_SLOT(kind));
   }
 }
 
@@ -121,14 +129,10 @@ static double start_of(lua_State *L, int s, const backoff_setup *su,
   double t;
   if (h->flags & LB_HAS_START) return su->start;
   if (!(h->flags & LB_HAS_CLOCK)) return lbackoff_monotonic();
-  lua_getfield(L, side, backoff_options[h->clock].name);
-  lua_call(L, 0, 1);
-  t = lua_tonumber(L, -1);
-  if (lua_type(L, -1) != LUA_TNUMBER || !lbackoff_is_finite(t))
+  if (!lbackoff_call_clock(L, side, &t))
     luaL_error(L, "backoff.%s: option '%s' must return a finite number "
                "(got %s)", backoff_strategy_name(s),
                backoff_options[h->clock].name, lbackoff_repr(L, -1));
-  lua_pop(L, 1);
   return t;
 }
 
@@ -224,7 +228,7 @@ static int push_option(lua_State *L, const lbackoff_object *o, int i) {
     case BACKOFF_K_START: case BACKOFF_K_FUNCTION:
       if (!(o->flags & LB_SIDE)) return 0;
       lbackoff_getuv(L, 1);
-      lua_getfield(L, -1, backoff_options[i].name);
+      lua_rawgeti(L, -1, LB_SLOT(backoff_options[i].kind));
       lua_remove(L, -2);
       if (!lua_isnil(L, -1)) return 1;
       lua_pop(L, 1);
