@@ -26,11 +26,13 @@ WARN    := -std=c99 -pedantic -Wall -Wextra -Wshadow -Wundef -Wcast-qual \
            -Wdouble-promotion -Wdeclaration-after-statement
 BUILD   := build
 # the core (no Lua) and the binding; the retry budget is part of both
-CORE_SRC    := csrc/backoff.c csrc/backoff_options.c csrc/backoff_budget.c
-BINDING_SRC := csrc/lbackoff.c csrc/lbackoff_options.c csrc/lbackoff_env.c \
-               csrc/lbackoff_msg.c csrc/lbackoff_ffi.c csrc/lbudget.c
-CORE    := $(CORE_SRC) csrc/backoff.h csrc/backoff_budget.h
-BINDING := $(BINDING_SRC) csrc/lbackoff.h csrc/lbudget.h
+CORE_SRC    := csrc/backoff.c csrc/backoff_options.c csrc/backoff_rules.c \
+               csrc/backoff_budget.c
+BINDING_SRC := csrc/lbackoff_aux.c csrc/lbackoff_env.c csrc/lbackoff_object.c \
+               csrc/lbackoff_ffi.c csrc/lbackoff_options.c csrc/lbudget.c \
+               csrc/lbackoff_methods.c csrc/lbackoff.c
+CORE    := $(CORE_SRC) $(wildcard csrc/backoff*.h)
+BINDING := $(BINDING_SRC) $(filter-out csrc/backoff%,$(wildcard csrc/*.h))
 
 # interpreter and headers of one version
 lua_bin = $(if $(filter luajit,$1),luajit,lua$1)
@@ -60,7 +62,7 @@ all: deps-build $(call MODULE,$(LUA_VERSION))
 
 $(BUILD)/%/backoff/core.so: $(CORE) $(BINDING)
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) $(WARN) -fPIC -fvisibility=hidden -I$(call lua_inc,$*) \
+	$(CC) $(CFLAGS) $(WARN) -fPIC -fvisibility=hidden -DBACKOFF_HIDDEN -I$(call lua_inc,$*) \
 	  -Icsrc -o $@ $(CORE_SRC) $(BINDING_SRC) $(LIBFLAG) -lm
 
 # the module with ASan + UBSan (float-cast-overflow on), for PUC Lua

@@ -7,10 +7,8 @@
 ** reference to the last bit where the reference is well defined.  The
 ** deliberate differences (API.md section 8) are marked "DIFF n".
 **
-** Every arithmetic result that could overflow goes through fin(), which
-** maps +-inf to +-DBL_MAX: a finite input then never produces inf or
-** NaN further down (no inf - inf, no 0 * inf), and fin() is the
-** identity on every finite value, so it never changes a normal result.
+** Every arithmetic result that could overflow goes through fin()
+** (backoff_math.h).
 */
 
 #include <float.h>
@@ -18,6 +16,7 @@
 #include <string.h>
 
 #include "backoff.h"
+#include "backoff_math.h"
 
 /* The steps of one operation, inlined into each caller as they were
    when the pipeline had one caller: given a second (the hint's entry),
@@ -28,33 +27,6 @@
 #else
 #define PIPELINE static inline
 #endif
-
-/* ----------------------------------------------------------------- */
-/* numeric helpers                                                   */
-/* ----------------------------------------------------------------- */
-
-static double fin(double x) {
-  if (x > DBL_MAX) return DBL_MAX;
-  if (x < -DBL_MAX) return -DBL_MAX;
-  return x;
-}
-
-static int is_finite(double x) {
-  return x == x && x <= DBL_MAX && x >= -DBL_MAX;
-}
-
-/* 2^k for 0 <= k <= 1023, exactly, from the bits of the double */
-static double pow2(uint64_t k) {
-  uint64_t bits = (k + 1023) << 52;
-  double d;
-  memcpy(&d, &bits, sizeof d);
-  return d;
-}
-
-/* +0.0 for -0.0, so that nothing returned prints as "-0" */
-static double unsign_zero(double x) {
-  return x == 0 ? 0.0 : x;
-}
 
 /* ----------------------------------------------------------------- */
 /* xoshiro256** 1.0 (Blackman and Vigna, 2018, public domain         */
@@ -105,23 +77,6 @@ BACKOFF_API double backoff_rng_double(backoff_rng *r) {
 /* names                                                             */
 /* ----------------------------------------------------------------- */
 
-static const char *const strategy_names[BACKOFF_NSTRATEGIES] = {
-  "constant", "linear", "exponential", "fibonacci", "lild", "limd",
-  "mild", "mimd", "decorrelated", "retry_timeouts"
-};
-
-static const char *const jitter_names[BACKOFF_NJITTERS] = {
-  "none", "proportional", "full", "equal"
-};
-
-BACKOFF_API const char *backoff_strategy_name(int s) {
-  return (s >= 0 && s < BACKOFF_NSTRATEGIES) ? strategy_names[s] : NULL;
-}
-
-BACKOFF_API const char *backoff_jitter_name(int j) {
-  return (j >= 0 && j < BACKOFF_NJITTERS) ? jitter_names[j] : NULL;
-}
-
 BACKOFF_API const char *backoff_give_up_name(int g) {
   switch (g) {
     case BACKOFF_MAX_ATTEMPTS: return "max_attempts";
@@ -141,48 +96,8 @@ BACKOFF_API const char *backoff_strerror(int status) {
 }
 
 /* ----------------------------------------------------------------- */
-/* configuration                                                     */
+/* what a configuration needs                                        */
 /* ----------------------------------------------------------------- */
-
-BACKOFF_API int backoff_config_init(backoff_config *c, int s) {
-  backoff_config d;
-  if (s < 0 || s >= BACKOFF_NSTRATEGIES) return BACKOFF_EINVAL;
-  d.strategy = (unsigned char)s;
-  d.jitter = BACKOFF_JITTER_NONE;
-  d.consider_actual_delay = 0;
-  d.timeouts = 0;
-  d.has_max_delay = 0;
-  d.has_max_hint = 0;
-  memset(&d.p, 0, sizeof d.p);
-  d.min_delay = 0;
-  d.max_delay = 0;
-  d.jitter_factor = 0;
-  d.max_actual_duration = 0;
-  d.max_attempts = 0;
-  d.adjust_timeout_factor = 0.5;
-  d.min_adjust_timeout = 5;
-  d.timeout_jitter_factor = 0;
-  d.max_hint = 0;
-  switch (s) {
-    case BACKOFF_EXPONENTIAL: d.p.exponential.exponent_base = 2; break;
-    case BACKOFF_DECORRELATED: d.p.decorrelated.multiplier = 3; break;
-    case BACKOFF_RETRY_TIMEOUTS:
-      /* Algorithm::Backoff::RetryTimeouts' defaults */
-      d.p.exponential.initial_delay = sqrt(2.0);
-      d.p.exponential.exponent_base = sqrt(2.0);
-      d.consider_actual_delay = 1;
-      d.max_attempts = 8;
-      d.max_actual_duration = 50;
-      d.jitter = BACKOFF_JITTER_PROPORTIONAL;
-      d.jitter_factor = 0.1;
-      d.timeouts = 1;
-      d.timeout_jitter_factor = 0.1;
-      break;
-    default: break;
-  }
-  *c = d;
-  return BACKOFF_OK;
-}
 
 BACKOFF_API int backoff_config_draws(const backoff_config *c) {
   return c->strategy == BACKOFF_DECORRELATED ||
@@ -520,34 +435,14 @@ static void fresh_state(backoff_t *b, double start) {
   initial_timeout(b);
 }
 
-/* backoff_init after the check */
-static void init_checked(backoff_t *b, const backoff_config *c, double start,
-                         uint64_t seed) {
+BACKOFF_API void backoff_init_trusted(backoff_t *b, const backoff_config *c,
+                                      double start, uint64_t seed) {
   b->cfg = *c;
   /* -0.0 in, +0.0 out: keep every stored bound unsigned */
   b->cfg.min_delay = unsign_zero(c->min_delay);
   b->cfg.max_delay = unsign_zero(c->max_delay);
   b->seed = seed;
   fresh_state(b, start);
-}
-
-BACKOFF_API int backoff_init(backoff_t *b, const backoff_config *c,
-                             double start, uint64_t seed, int *bad_option) {
-  int status = backoff_config_check(c, bad_option);
-  if (status != BACKOFF_OK) return status;
-  if (!is_finite(start)) return BACKOFF_ETIME;
-  init_checked(b, c, start, seed);
-  return BACKOFF_OK;
-}
-
-BACKOFF_API int backoff_init_setup(backoff_t *b, const backoff_setup *s,
-                                   double start, int *bad_option) {
-  if (!s->checked)
-    return backoff_init(b, &s->config, start, s->seed, bad_option);
-  if (bad_option) *bad_option = -1;
-  if (!is_finite(start)) return BACKOFF_ETIME;
-  init_checked(b, &s->config, start, s->seed);
-  return BACKOFF_OK;
 }
 
 BACKOFF_API int backoff_reset(backoff_t *b, double start) {

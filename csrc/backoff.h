@@ -1,12 +1,15 @@
 /*
-** backoff.h -- retry backoff strategies, the portable C core.
+** backoff.h -- retry backoff strategies, the portable C core: the
+** engine (strategies, jitter, limits, per-attempt timeouts, the
+** generator).  backoff_options.h, on top of it, is the configuration
+** kit: option names, defaults, the table of rules, backoff_init.
 **
 ** No Lua, no malloc, no globals, no clock: the caller owns every
 ** backoff_t (embed it anywhere), passes the time in as seconds (any
 ** clock, as long as one object always sees the same one) and passes
 ** seeds in explicitly.  Every call is deterministic given its inputs.
 **
-** Typical use:
+** Typical use (with backoff_options.h):
 **
 **   backoff_config c;  backoff_t b;  backoff_result r;
 **   backoff_config_init(&c, BACKOFF_EXPONENTIAL);
@@ -27,8 +30,15 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* BACKOFF_HIDDEN (set by the Lua module's builds): the core's symbols
+   stay inside the shared object, which exports only luaopen_backoff_core
+   and the FFI entry points */
 #ifndef BACKOFF_API
+#if defined(BACKOFF_HIDDEN) && defined(__GNUC__)
+#define BACKOFF_API extern __attribute__((visibility("hidden")))
+#else
 #define BACKOFF_API extern
+#endif
 #endif
 
 #ifdef __cplusplus
@@ -153,152 +163,13 @@ typedef struct backoff_result {
   int give_up;        /* backoff_give_up: BACKOFF_CONTINUE or why not */
 } backoff_result;
 
-/* ----------------------------------------------------------------- */
-/* Options: one table of rules (backoff_options.c), walked by every  */
-/* binding.  A C program gets the same checks and messages.          */
-/* ----------------------------------------------------------------- */
-
-typedef enum backoff_option_kind {
-  BACKOFF_K_NUMBER = 0, /* a finite double within the row's range */
-  BACKOFF_K_COUNT,      /* an integer >= 0; huge values saturate */
-  BACKOFF_K_BOOL,
-  BACKOFF_K_JITTER,     /* a jitter name */
-  BACKOFF_K_STRATEGY,   /* the strategy's own name (config round trip) */
-  BACKOFF_K_SEED,       /* a 64-bit integer */
-  BACKOFF_K_START,      /* a finite number: the start time */
-  BACKOFF_K_FUNCTION,   /* a clock: held by the binding, not the core */
-  BACKOFF_K_ALIAS       /* a number that stands for other options */
-} backoff_option_kind;
-
-typedef enum backoff_range {
-  BACKOFF_R_ANY = 0,    /* any finite number */
-  BACKOFF_R_NONNEG,     /* >= 0 */
-  BACKOFF_R_UNIT,       /* [0, 1] */
-  BACKOFF_R_GE1         /* >= 1 */
-} backoff_range;
-
-/* when config() shows an option */
-typedef enum backoff_show {
-  BACKOFF_SHOW_ALWAYS = 0,
-  BACKOFF_SHOW_IF_SET,       /* its flag (has_max_delay, ...) is set */
-  BACKOFF_SHOW_IF_TIMEOUTS,  /* per-attempt timeouts are wanted */
-  BACKOFF_SHOW_IF_GIVEN,     /* seed, start, clock: when the user gave it */
-  BACKOFF_SHOW_NEVER         /* aliases */
-} backoff_show;
-
-typedef struct backoff_option {
-  const char *name;
-  unsigned char kind;        /* backoff_option_kind */
-  unsigned char range;       /* backoff_range, for numbers */
-  unsigned char show;        /* backoff_show */
-  short offset;              /* where it lands in backoff_setup, or -1 */
-  short flag;                /* unsigned char set to 1 with it, or -1 */
-  unsigned short accepted;   /* bit s: strategy s takes it */
-  unsigned short required;   /* bit s: strategy s needs it */
-  signed char alias_of[2];   /* BACKOFF_K_ALIAS: the options it sets */
-} backoff_option;
-
-/* The rows, ended by a row whose name is NULL. */
-extern const backoff_option backoff_options[];
-
-/* Everything an options list sets, before an object exists. */
-typedef struct backoff_setup {
-  backoff_config config;
-  uint64_t seed;          /* BACKOFF_K_SEED */
-  double start;           /* BACKOFF_K_START */
-  uint32_t given;         /* bit i: row i was set */
-  int checked;            /* 1 after backoff_setup_finish accepted it */
-} backoff_setup;
-
-/* A value as the binding found it. */
-typedef enum backoff_value_type {
-  BACKOFF_V_NUMBER = 0, BACKOFF_V_INTEGER, BACKOFF_V_BOOL, BACKOFF_V_STRING,
-  BACKOFF_V_FUNCTION, BACKOFF_V_OTHER
-} backoff_value_type;
-
-typedef struct backoff_value {
-  int type;               /* backoff_value_type */
-  double number;          /* NUMBER and INTEGER */
-  int64_t integer;        /* INTEGER: exact */
-  int boolean;            /* BOOL */
-  const char *string;     /* STRING: len bytes, NULs allowed */
-  size_t len;
-} backoff_value;
-
-/* What is wrong with a setup, for one message. */
-typedef enum backoff_problem_kind {
-  BACKOFF_P_NONE = 0,
-  BACKOFF_P_RULE,       /* option must be <rule> (quote its value) */
-  BACKOFF_P_MISSING,    /* missing required option */
-  BACKOFF_P_CONFLICT,   /* option and other given together */
-  BACKOFF_P_NEEDS       /* option needs other */
-} backoff_problem_kind;
-
-typedef struct backoff_problem {
-  int kind;               /* backoff_problem_kind */
-  int option, other;      /* rows, -1 for none */
-  int jitter;             /* P_RULE on jitter_factor: the jitter kind */
-} backoff_problem;
-
-/* Defaults of strategy s; nothing given.  EINVAL for an unknown s. */
-BACKOFF_API int backoff_setup_init(backoff_setup *s, int strategy);
-/* The row of option name (len bytes) for strategy s, -1 if it takes none. */
-BACKOFF_API int backoff_option_find(int strategy, const char *name,
-                                    size_t len);
-/* Set row `option` from *v.  On EINVAL, *p says why; s is unchanged. */
-BACKOFF_API int backoff_setup_set(backoff_setup *s, int option,
-                                  const backoff_value *v, backoff_problem *p);
-/* The rules between options (required, aliases, defaults that follow
-   other options); EINVAL with *p filled.  What it accepts passes
-   backoff_config_check, and backoff_init_setup trusts it. */
-BACKOFF_API int backoff_setup_finish(backoff_setup *s, backoff_problem *p);
-/* "option 'x' must be a finite number >= 0" and the like, for strategy s;
-   returns what snprintf returns.  Quote the value after it yourself. */
-BACKOFF_API int backoff_problem_message(const backoff_problem *p, int s,
-                                        char *buf, size_t n);
-/* 1 when the message of *p should be followed by the option's value. */
-BACKOFF_API int backoff_problem_quotes(const backoff_problem *p);
-/* where row `option`'s value sits in *c (a double for NUMBER, uint64_t
-   for COUNT, unsigned char for BOOL and JITTER), or NULL when it is not
-   in the configuration (seed, start, clock, aliases) */
-BACKOFF_API const void *backoff_option_field(const backoff_config *c,
-                                             int option);
-/* 1 when config() should show row `option` of *c (given: the user gave it) */
-BACKOFF_API int backoff_option_shown(const backoff_config *c, int option,
-                                     int given);
-
 /*
-** Fill *c with the defaults of strategy s (exponent_base 2, multiplier 3,
-** the retry_timeouts defaults, ...).  Required parameters are set to 0.
-** Returns BACKOFF_EINVAL for an unknown strategy (and leaves *c alone).
+** Initialise *b from *c, which the caller has checked (backoff_init in
+** backoff_options.h checks it, then calls this): start finite, the
+** jitter stream of seed.  Draws the initial timeout.  Cannot fail.
 */
-BACKOFF_API int backoff_config_init(backoff_config *c, int s);
-
-/*
-** Check every field of *c against the option table.  Returns BACKOFF_OK
-** or BACKOFF_EINVAL; on error *bad_option (if not NULL) is the row of
-** the first bad option (-1 for a bad strategy).
-*/
-BACKOFF_API int backoff_config_check(const backoff_config *c, int *bad_option);
-
-/*
-** Initialise *b from *c (checked first), starting at time start (finite)
-** with the jitter stream of seed.  Draws the initial timeout.  On error
-** (BACKOFF_EINVAL, BACKOFF_ETIME) *b is not touched; *bad_option as in
-** backoff_config_check (-1 for a bad start).
-*/
-BACKOFF_API int backoff_init(backoff_t *b, const backoff_config *c,
-                             double start, uint64_t seed, int *bad_option);
-
-/*
-** backoff_init from s->config and s->seed.  A setup that
-** backoff_setup_finish accepted, and that nothing changed since (neither
-** backoff_setup_set nor a direct write), is not checked:
-** every value in it was checked as it was set.  Any other is checked
-** as backoff_init checks.
-*/
-BACKOFF_API int backoff_init_setup(backoff_t *b, const backoff_setup *s,
-                                   double start, int *bad_option);
+BACKOFF_API void backoff_init_trusted(backoff_t *b, const backoff_config *c,
+                                      double start, uint64_t seed);
 
 /*
 ** Record a failure (or a success) at time ts (seconds, finite; a time
@@ -347,9 +218,8 @@ BACKOFF_API int backoff_timeout(const backoff_t *b, double *timeout);
 /* 1 when per-attempt timeouts are active for this configuration. */
 BACKOFF_API int backoff_config_timeouts_active(const backoff_config *c);
 
-/* Names: "exponential", "full", ...; NULL when out of range. */
-BACKOFF_API const char *backoff_strategy_name(int s);
-BACKOFF_API const char *backoff_jitter_name(int j);
+/* Names of give-up reasons: "max_attempts", ...; NULL when out of range.
+   (Strategy and jitter names are options: backoff_options.h.) */
 BACKOFF_API const char *backoff_give_up_name(int g);
 BACKOFF_API const char *backoff_strerror(int status);
 

@@ -21,8 +21,13 @@
 
 #include <stdint.h>
 
+/* as in backoff.h: BACKOFF_HIDDEN keeps the symbols in the module */
 #ifndef BACKOFF_API
+#if defined(BACKOFF_HIDDEN) && defined(__GNUC__)
+#define BACKOFF_API extern __attribute__((visibility("hidden")))
+#else
 #define BACKOFF_API extern
+#endif
 #endif
 
 #ifdef __cplusplus

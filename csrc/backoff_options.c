@@ -1,5 +1,6 @@
 /*
-** backoff_options.c -- the rules of every option, as one table.
+** backoff_options.c -- the configuration kit: names, defaults, the
+** rules of every option as one table, and backoff_init.
 **
 ** Each row says what an option is called, what kind of value it takes
 ** and in which range, where the value lands in a backoff_setup, which
@@ -15,111 +16,114 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "backoff.h"
+#include "backoff_math.h"
+#include "backoff_options.h"
+#include "backoff_rows.h"
 
-#define S(x) (1u << BACKOFF_##x)
-#define ALL ((1u << BACKOFF_NSTRATEGIES) - 1)
+/* ----------------------------------------------------------------- */
+/* names and defaults                                                */
+/* ----------------------------------------------------------------- */
+
+/* by enumerator: a strategy or jitter kind without a name here fails
+   to compile (the size checks below) */
+static const char *const strategy_names[] = {
+  [BACKOFF_CONSTANT] = "constant",
+  [BACKOFF_LINEAR] = "linear",
+  [BACKOFF_EXPONENTIAL] = "exponential",
+  [BACKOFF_FIBONACCI] = "fibonacci",
+  [BACKOFF_LILD] = "lild",
+  [BACKOFF_LIMD] = "limd",
+  [BACKOFF_MILD] = "mild",
+  [BACKOFF_MIMD] = "mimd",
+  [BACKOFF_DECORRELATED] = "decorrelated",
+  [BACKOFF_RETRY_TIMEOUTS] = "retry_timeouts",
+};
+
+static const char *const jitter_names[] = {
+  [BACKOFF_JITTER_NONE] = "none",
+  [BACKOFF_JITTER_PROPORTIONAL] = "proportional",
+  [BACKOFF_JITTER_FULL] = "full",
+  [BACKOFF_JITTER_EQUAL] = "equal",
+};
+
+typedef char every_strategy_has_a_name[
+  sizeof strategy_names / sizeof *strategy_names == BACKOFF_NSTRATEGIES
+  ? 1 : -1];
+typedef char every_jitter_has_a_name[
+  sizeof jitter_names / sizeof *jitter_names == BACKOFF_NJITTERS ? 1 : -1];
+/* a set of strategies is a backoff_strategies bit mask */
+typedef char strategies_fit_in_a_mask[
+  BACKOFF_NSTRATEGIES <= 8 * sizeof(backoff_strategies) ? 1 : -1];
+
+BACKOFF_API const char *backoff_strategy_name(int s) {
+  return (s >= 0 && s < BACKOFF_NSTRATEGIES) ? strategy_names[s] : NULL;
+}
+
+BACKOFF_API const char *backoff_jitter_name(int j) {
+  return (j >= 0 && j < BACKOFF_NJITTERS) ? jitter_names[j] : NULL;
+}
+
+BACKOFF_API int backoff_config_init(backoff_config *c, int s) {
+  backoff_config d;
+  if (s < 0 || s >= BACKOFF_NSTRATEGIES) return BACKOFF_EINVAL;
+  memset(&d, 0, sizeof d);      /* every flag off, every number 0 */
+  d.strategy = (unsigned char)s;
+  d.jitter = BACKOFF_JITTER_NONE;
+  d.adjust_timeout_factor = 0.5;
+  d.min_adjust_timeout = 5;
+  switch (s) {
+    case BACKOFF_EXPONENTIAL: d.p.exponential.exponent_base = 2; break;
+    case BACKOFF_DECORRELATED: d.p.decorrelated.multiplier = 3; break;
+    case BACKOFF_RETRY_TIMEOUTS:
+      /* Algorithm::Backoff::RetryTimeouts' defaults */
+      d.p.exponential.initial_delay = sqrt(2.0);
+      d.p.exponential.exponent_base = sqrt(2.0);
+      d.consider_actual_delay = 1;
+      d.max_attempts = 8;
+      d.max_actual_duration = 50;
+      d.jitter = BACKOFF_JITTER_PROPORTIONAL;
+      d.jitter_factor = 0.1;
+      d.timeouts = 1;
+      d.timeout_jitter_factor = 0.1;
+      break;
+    default: break;
+  }
+  *c = d;
+  return BACKOFF_OK;
+}
+
+/* ----------------------------------------------------------------- */
+/* the table                                                         */
+/* ----------------------------------------------------------------- */
+
+#define S(x) ((backoff_strategies)1 << BACKOFF_##x)
+#define ALL (((backoff_strategies)1 << BACKOFF_NSTRATEGIES) - 1)
 #define NOT_DEC (ALL & ~S(DECORRELATED))
 #define ID_STRATEGIES (S(LILD) | S(LIMD) | S(MILD) | S(MIMD))
-
-#define CFG(field) (short)offsetof(backoff_setup, config.field)
-#define AT(field) (short)offsetof(backoff_setup, field)
-#define NONE (-1)
-#define NO_ALIAS {NONE, NONE}
-
-/* rows named in the cross-option rules below: keep in table order */
-enum {
-  O_STRATEGY, O_DELAY, O_INITIAL_DELAY, O_FIB_INITIAL_DELAY,
-  O_INITIAL_DELAY1, O_INITIAL_DELAY2, O_DELAY_INCREMENT, O_EXPONENT_BASE,
-  O_INC_ON_FAILURE, O_MUL_ON_FAILURE, O_MULTIPLIER, O_DELAY_ON_SUCCESS,
-  O_INC_ON_SUCCESS, O_MUL_ON_SUCCESS, O_MIN_DELAY, O_MAX_DELAY,
-  O_MAX_ATTEMPTS, O_MAX_DURATION, O_CONSIDER, O_JITTER, O_JITTER_FACTOR,
-  O_ADJUST_TIMEOUT_FACTOR, O_MIN_ADJUST_TIMEOUT, O_TIMEOUT_JITTER_FACTOR,
-  O_MAX_HINT, O_SEED, O_START, O_CLOCK, O_COUNT
-};
 
 #define K(x) BACKOFF_K_##x
 #define R(x) BACKOFF_R_##x
 #define SH(x) BACKOFF_SHOW_##x
+#define CFG(field) (short)offsetof(backoff_setup, config.field)
+#define AT(field) (short)offsetof(backoff_setup, field)
+#define NONE (-1)
+#define NO_ALIAS {NONE, NONE}
+#define ALIAS(a, b) {O_##a, O_##b}
 
-/* name, kind, range, show, offset, flag, accepted, required, alias_of */
+/* each line of OPTIONS (backoff_rows.h) as the row of its enumerator */
+#define AS_ROW(id, name, kind, range, show, offset, flag, accepted, \
+               required, alias) \
+  [O_##id] = {name, kind, range, show, offset, flag, accepted, required, \
+              alias},
+
 const backoff_option backoff_options[] = {
-  {"strategy", K(STRATEGY), 0, SH(ALWAYS), NONE, NONE, ALL, 0, NO_ALIAS},
-  {"delay", K(NUMBER), R(NONNEG), SH(ALWAYS), CFG(p.constant.delay), NONE,
-   S(CONSTANT), S(CONSTANT), NO_ALIAS},
-  {"initial_delay", K(NUMBER), R(NONNEG), SH(ALWAYS),
-   CFG(p.linear.initial_delay), NONE, ALL & ~S(CONSTANT) & ~S(FIBONACCI),
-   S(LINEAR) | S(EXPONENTIAL) | ID_STRATEGIES | S(DECORRELATED), NO_ALIAS},
-  /* fibonacci: initial_delay stands for both of its first delays */
-  {"initial_delay", K(ALIAS), R(NONNEG), SH(NEVER), NONE, NONE,
-   S(FIBONACCI), 0, {O_INITIAL_DELAY1, O_INITIAL_DELAY2}},
-  {"initial_delay1", K(NUMBER), R(NONNEG), SH(ALWAYS),
-   CFG(p.fibonacci.initial_delay1), NONE, S(FIBONACCI), S(FIBONACCI),
-   NO_ALIAS},
-  {"initial_delay2", K(NUMBER), R(NONNEG), SH(ALWAYS),
-   CFG(p.fibonacci.initial_delay2), NONE, S(FIBONACCI), S(FIBONACCI),
-   NO_ALIAS},
-  {"delay_increment", K(NUMBER), R(ANY), SH(ALWAYS),
-   CFG(p.linear.delay_increment), NONE, S(LINEAR), 0, NO_ALIAS},
-  {"exponent_base", K(NUMBER), R(NONNEG), SH(ALWAYS),
-   CFG(p.exponential.exponent_base), NONE,
-   S(EXPONENTIAL) | S(RETRY_TIMEOUTS), 0, NO_ALIAS},
-  {"delay_increment_on_failure", K(NUMBER), R(ANY), SH(ALWAYS),
-   CFG(p.lild.delay_increment_on_failure), NONE, S(LILD) | S(LIMD),
-   S(LILD) | S(LIMD), NO_ALIAS},
-  {"delay_multiple_on_failure", K(NUMBER), R(NONNEG), SH(ALWAYS),
-   CFG(p.mild.delay_multiple_on_failure), NONE, S(MILD) | S(MIMD),
-   S(MILD) | S(MIMD), NO_ALIAS},
-  {"multiplier", K(NUMBER), R(GE1), SH(ALWAYS),
-   CFG(p.decorrelated.multiplier), NONE, S(DECORRELATED), 0, NO_ALIAS},
-  {"delay_on_success", K(NUMBER), R(NONNEG), SH(ALWAYS),
-   CFG(p.linear.delay_on_success), NONE, ALL & ~ID_STRATEGIES, 0, NO_ALIAS},
-  {"delay_increment_on_success", K(NUMBER), R(ANY), SH(ALWAYS),
-   CFG(p.lild.delay_increment_on_success), NONE, S(LILD) | S(MILD),
-   S(LILD) | S(MILD), NO_ALIAS},
-  {"delay_multiple_on_success", K(NUMBER), R(NONNEG), SH(ALWAYS),
-   CFG(p.limd.delay_multiple_on_success), NONE, S(LIMD) | S(MIMD),
-   S(LIMD) | S(MIMD), NO_ALIAS},
-  {"min_delay", K(NUMBER), R(NONNEG), SH(ALWAYS), CFG(min_delay), NONE,
-   ALL, 0, NO_ALIAS},
-  {"max_delay", K(NUMBER), R(NONNEG), SH(IF_SET), CFG(max_delay),
-   CFG(has_max_delay), ALL, S(DECORRELATED), NO_ALIAS},
-  {"max_attempts", K(COUNT), 0, SH(ALWAYS), CFG(max_attempts), NONE, ALL,
-   0, NO_ALIAS},
-  {"max_actual_duration", K(NUMBER), R(NONNEG), SH(ALWAYS),
-   CFG(max_actual_duration), NONE, ALL, 0, NO_ALIAS},
-  {"consider_actual_delay", K(BOOL), 0, SH(ALWAYS),
-   CFG(consider_actual_delay), NONE, ALL, 0, NO_ALIAS},
-  {"jitter", K(JITTER), 0, SH(ALWAYS), CFG(jitter), NONE, NOT_DEC, 0,
-   NO_ALIAS},
-  {"jitter_factor", K(NUMBER), R(UNIT), SH(ALWAYS), CFG(jitter_factor),
-   NONE, NOT_DEC, 0, NO_ALIAS},
-  /* given, it turns per-attempt timeouts on (see finish_timeouts) */
-  {"adjust_timeout_factor", K(NUMBER), R(UNIT), SH(IF_TIMEOUTS),
-   CFG(adjust_timeout_factor), CFG(timeouts), ALL, 0, NO_ALIAS},
-  {"min_adjust_timeout", K(NUMBER), R(NONNEG), SH(IF_TIMEOUTS),
-   CFG(min_adjust_timeout), NONE, ALL, 0, NO_ALIAS},
-  {"timeout_jitter_factor", K(NUMBER), R(UNIT), SH(IF_TIMEOUTS),
-   CFG(timeout_jitter_factor), NONE, ALL, 0, NO_ALIAS},
-  {"max_hint", K(NUMBER), R(NONNEG), SH(IF_SET), CFG(max_hint),
-   CFG(has_max_hint), ALL, 0, NO_ALIAS},
-  {"seed", K(SEED), 0, SH(IF_GIVEN), AT(seed), NONE, ALL, 0, NO_ALIAS},
-  {"start", K(START), R(ANY), SH(IF_GIVEN), AT(start), NONE, ALL, 0,
-   NO_ALIAS},
-  {"clock", K(FUNCTION), 0, SH(IF_GIVEN), NONE, NONE, ALL, 0, NO_ALIAS},
-  {NULL, 0, 0, 0, NONE, NONE, 0, 0, NO_ALIAS}
+  OPTIONS(AS_ROW)
+  [O_COUNT] = {NULL, 0, 0, 0, NONE, NONE, 0, 0, NO_ALIAS}
 };
-
-typedef char row_count_matches[
-  sizeof backoff_options / sizeof backoff_options[0] == O_COUNT + 1 ? 1 : -1];
 
 /* ----------------------------------------------------------------- */
 /* values                                                            */
 /* ----------------------------------------------------------------- */
-
-static int is_finite(double x) {
-  return x == x && x <= DBL_MAX && x >= -DBL_MAX;
-}
 
 static inline int in_range(int range, double v) {
   if (!is_finite(v)) return 0;
@@ -135,16 +139,13 @@ static void *field_of(void *base, int offset) {
   return (char *)base + offset;
 }
 
-static int accepts(const backoff_option *o, int s) {
-  return (o->accepted >> s) & 1u;
-}
 
 BACKOFF_API int backoff_setup_init(backoff_setup *s, int strategy) {
   if (backoff_config_init(&s->config, strategy) != BACKOFF_OK)
     return BACKOFF_EINVAL;
   s->seed = 0;
   s->start = 0;
-  s->given = 0;
+  memset(s->given, 0, sizeof s->given);
   s->checked = 0;
   return BACKOFF_OK;
 }
@@ -242,17 +243,6 @@ static int store(backoff_setup *t, const backoff_option *o,
   }
 }
 
-/* fill *p (when not NULL); returns BACKOFF_EINVAL */
-static int problem(backoff_problem *p, int kind, int option, int other) {
-  if (p) {
-    p->kind = kind;
-    p->option = option;
-    p->other = other;
-    p->jitter = -1;
-  }
-  return BACKOFF_EINVAL;
-}
-
 BACKOFF_API int backoff_setup_set(backoff_setup *s, int option,
                                   const backoff_value *v, backoff_problem *p) {
   const backoff_option *o;
@@ -263,96 +253,8 @@ BACKOFF_API int backoff_setup_set(backoff_setup *s, int option,
   /* store() checks before it writes: s is unchanged on error */
   if (store(s, o, v) != 0) return problem(p, BACKOFF_P_RULE, option, -1);
   if (o->flag >= 0) *(unsigned char *)field_of(s, o->flag) = 1;
-  s->given |= (uint32_t)1 << option;
+  mark_given(s, option);
   s->checked = 0;
-  return BACKOFF_OK;
-}
-
-/* ----------------------------------------------------------------- */
-/* the rules between options                                         */
-/* ----------------------------------------------------------------- */
-
-static int given(const backoff_setup *s, int option) {
-  return (s->given >> option) & 1u;
-}
-
-/* an alias given with an option it stands for is an error naming
-   both (checked in row order, whatever the table order was); alone,
-   it sets each of them */
-static int finish_aliases(backoff_setup *s, backoff_problem *p) {
-  int i, k;
-  for (i = 0; i < O_COUNT; i++) {
-    const backoff_option *o = &backoff_options[i];
-    if (o->kind != BACKOFF_K_ALIAS || !given(s, i)) continue;
-    for (k = 0; k < 2 && o->alias_of[k] >= 0; k++)
-      if (given(s, o->alias_of[k]))
-        return problem(p, BACKOFF_P_CONFLICT, i, o->alias_of[k]);
-    for (k = 0; k < 2 && o->alias_of[k] >= 0; k++)  /* set by store() */
-      s->given |= (uint32_t)1 << o->alias_of[k];
-  }
-  return BACKOFF_OK;
-}
-
-
-static int finish_required(const backoff_setup *s, backoff_problem *p) {
-  int i, st = s->config.strategy;
-  for (i = 0; i < O_COUNT; i++)
-    if ((backoff_options[i].required >> st) & 1u && !given(s, i))
-      return problem(p, BACKOFF_P_MISSING, i, -1);
-  return BACKOFF_OK;
-}
-
-/* jitter: "proportional" when a factor is given, else "none"; a
-   factor with another kind is a mistake worth reporting */
-static int finish_jitter(backoff_setup *s, backoff_problem *p) {
-  backoff_config *c = &s->config;
-  if (c->strategy == BACKOFF_DECORRELATED) return BACKOFF_OK;
-  if (!given(s, O_JITTER)) {
-    c->jitter = c->jitter_factor > 0 ? BACKOFF_JITTER_PROPORTIONAL
-                                     : BACKOFF_JITTER_NONE;
-  } else if (c->jitter != BACKOFF_JITTER_PROPORTIONAL) {
-    if (given(s, O_JITTER_FACTOR) && c->jitter_factor != 0) {
-      problem(p, BACKOFF_P_RULE, O_JITTER_FACTOR, -1);
-      p->jitter = c->jitter;
-      return BACKOFF_EINVAL;
-    }
-    c->jitter_factor = 0;
-  }
-  return BACKOFF_OK;
-}
-
-/* per-attempt timeouts: retry_timeouts, or adjust_timeout_factor */
-static int finish_timeouts(backoff_setup *s, backoff_problem *p) {
-  if (s->config.strategy == BACKOFF_RETRY_TIMEOUTS || s->config.timeouts)
-    return BACKOFF_OK;
-  if (given(s, O_MIN_ADJUST_TIMEOUT))
-    return problem(p, BACKOFF_P_NEEDS, O_MIN_ADJUST_TIMEOUT,
-                   O_ADJUST_TIMEOUT_FACTOR);
-  if (given(s, O_TIMEOUT_JITTER_FACTOR))
-    return problem(p, BACKOFF_P_NEEDS, O_TIMEOUT_JITTER_FACTOR,
-                   O_ADJUST_TIMEOUT_FACTOR);
-  return BACKOFF_OK;
-}
-
-BACKOFF_API int backoff_setup_finish(backoff_setup *s, backoff_problem *p) {
-  backoff_problem local;
-  backoff_setup t = *s;
-  if (p == NULL) p = &local;
-  if (finish_aliases(&t, p) != BACKOFF_OK ||
-      finish_required(&t, p) != BACKOFF_OK ||
-      finish_jitter(&t, p) != BACKOFF_OK ||
-      finish_timeouts(&t, p) != BACKOFF_OK)
-    return BACKOFF_EINVAL;
-  /* linear: the increment defaults to the initial delay */
-  if (t.config.strategy == BACKOFF_LINEAR && !given(&t, O_DELAY_INCREMENT))
-    t.config.p.linear.delay_increment = t.config.p.linear.initial_delay;
-  /* No backoff_config_check here: setup_set checked every value it
-     stored, and the rules above only copy checked values or write valid
-     ones, so the result always passes it (spec/c/test_backoff.c tries
-     random option sets, valid and not, for every strategy, and fails
-     when a rule lets a bad value through).  Constructors check once. */
-  t.checked = 1;
-  *s = t;
   return BACKOFF_OK;
 }
 
@@ -398,67 +300,28 @@ BACKOFF_API int backoff_config_check(const backoff_config *c,
   return bad < 0 ? BACKOFF_OK : BACKOFF_EINVAL;
 }
 
+BACKOFF_API int backoff_init(backoff_t *b, const backoff_config *c,
+                             double start, uint64_t seed, int *bad_option) {
+  int status = backoff_config_check(c, bad_option);
+  if (status != BACKOFF_OK) return status;
+  if (!is_finite(start)) return BACKOFF_ETIME;
+  backoff_init_trusted(b, c, start, seed);
+  return BACKOFF_OK;
+}
+
+BACKOFF_API int backoff_init_setup(backoff_t *b, const backoff_setup *s,
+                                   double start, int *bad_option) {
+  if (!s->checked)
+    return backoff_init(b, &s->config, start, s->seed, bad_option);
+  if (bad_option) *bad_option = -1;
+  if (!is_finite(start)) return BACKOFF_ETIME;
+  backoff_init_trusted(b, &s->config, start, s->seed);
+  return BACKOFF_OK;
+}
+
 /* ----------------------------------------------------------------- */
-/* messages and config()                                             */
+/* config()                                                          */
 /* ----------------------------------------------------------------- */
-
-static const char *rule_text(const backoff_option *o, int s) {
-  switch (o->kind) {
-    case BACKOFF_K_COUNT: return "an integer >= 0";
-    case BACKOFF_K_BOOL: return "a boolean";
-    case BACKOFF_K_JITTER:
-      return s == BACKOFF_DECORRELATED
-               ? "'none' (decorrelated is random)"
-               : "'none', 'proportional', 'full' or 'equal'";
-    case BACKOFF_K_STRATEGY: return "a known strategy";
-    case BACKOFF_K_SEED: return "an integer";
-    case BACKOFF_K_FUNCTION: return "a function";
-    default: break;
-  }
-  switch (o->range) {
-    case BACKOFF_R_ANY: return "a finite number";
-    case BACKOFF_R_UNIT: return "a number in [0, 1]";
-    case BACKOFF_R_GE1: return "a finite number >= 1";
-    default: return "a finite number >= 0";
-  }
-}
-
-static const char *row_name(int option) {
-  return option >= 0 && option < O_COUNT ? backoff_options[option].name
-                                         : "?";
-}
-
-BACKOFF_API int backoff_problem_message(const backoff_problem *p, int s,
-                                        char *buf, size_t n) {
-  const char *name = row_name(p->option), *other = row_name(p->other);
-  switch (p->kind) {
-    case BACKOFF_P_MISSING:
-      return snprintf(buf, n, "missing required option '%s'", name);
-    case BACKOFF_P_CONFLICT:
-      return snprintf(buf, n, "options '%s' and '%s' cannot be given "
-                      "together", name, other);
-    case BACKOFF_P_NEEDS:
-      return snprintf(buf, n, "option '%s' needs option '%s'%s", name, other,
-                      p->other == O_ADJUST_TIMEOUT_FACTOR
-                        ? " (per-attempt timeouts are off)" : "");
-    default:
-      break;
-  }
-  if (p->option == O_STRATEGY && s >= 0 && s < BACKOFF_NSTRATEGIES)
-    return snprintf(buf, n, "option 'strategy' must be '%s'",
-                    backoff_strategy_name(s));
-  if (p->jitter >= 0)
-    return snprintf(buf, n, "option '%s' must be 0 with jitter '%s'", name,
-                    backoff_jitter_name(p->jitter));
-  if (p->option < 0 || p->option >= O_COUNT)
-    return snprintf(buf, n, "invalid configuration");
-  return snprintf(buf, n, "option '%s' must be %s", name,
-                  rule_text(&backoff_options[p->option], s));
-}
-
-BACKOFF_API int backoff_problem_quotes(const backoff_problem *p) {
-  return p->kind == BACKOFF_P_RULE;
-}
 
 BACKOFF_API const void *backoff_option_field(const backoff_config *c,
                                              int option) {

@@ -1,8 +1,6 @@
 /*
-** lbackoff_env.c -- what the binding takes from the system: the
-** monotonic clock, sleeping, seeds for unseeded objects, and noticing
-** that the process forked (jitter streams must never be shared by the
-** workers forked from one nginx master).
+** lbackoff_env.c -- what the binding takes from the system (see
+** lbackoff_env.h): the monotonic clock, sleeping, seeds, forks.
 */
 
 #define _POSIX_C_SOURCE 200809L
@@ -15,7 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "lbackoff.h"
+#include "lbackoff_env.h"
 
 double lbackoff_monotonic(void) {
   struct timespec ts;
@@ -24,14 +22,14 @@ double lbackoff_monotonic(void) {
 }
 
 /* the process's tag, the first time it is asked for in this process */
-uint32_t lbackoff_tag_slow(lbackoff_state *st) {
+uint32_t lbackoff_tag_slow(lbackoff_env *e) {
   uint32_t tag = (uint32_t)getpid();
-  if (st->wipe != NULL) *st->wipe = tag;
+  if (e->wipe != NULL) *e->wipe = tag;
   return tag;
 }
 
 /* seed the state's generator from the clocks, the pid and an address */
-static void seed_generator(lbackoff_state *st, uint32_t tag) {
+static void seed_generator(lbackoff_env *e, uint32_t tag) {
   struct timespec m, r;
   uint64_t x;
   clock_gettime(CLOCK_MONOTONIC, &m);
@@ -39,9 +37,9 @@ static void seed_generator(lbackoff_state *st, uint32_t tag) {
   x = (uint64_t)m.tv_sec * UINT64_C(1000000000) + (uint64_t)m.tv_nsec;
   x ^= ((uint64_t)r.tv_sec << 32) ^ (uint64_t)r.tv_nsec;
   x ^= (uint64_t)tag << 40;
-  x ^= (uint64_t)(uintptr_t)st * UINT64_C(0x9e3779b97f4a7c15);
-  backoff_rng_seed(&st->seeds, x);
-  st->seeds_tag = tag;
+  x ^= (uint64_t)(uintptr_t)e * UINT64_C(0x9e3779b97f4a7c15);
+  backoff_rng_seed(&e->seeds, x);
+  e->seeds_tag = tag;
 }
 
 /*
@@ -50,34 +48,22 @@ static void seed_generator(lbackoff_state *st, uint32_t tag) {
 ** a forked child.  No system call (where the kernel wipes pages), so
 ** clones and constructors stay cheap.
 */
-uint64_t lbackoff_new_seed(lbackoff_state *st, uint32_t *tag) {
-  *tag = lbackoff_tag(st);
-  if (*tag != st->seeds_tag) seed_generator(st, *tag);
-  return backoff_rng_next(&st->seeds);
+uint64_t lbackoff_new_seed(lbackoff_env *e, uint32_t *tag) {
+  *tag = lbackoff_tag(e);
+  if (*tag != e->seeds_tag) seed_generator(e, *tag);
+  return backoff_rng_next(&e->seeds);
 }
 
-void lbackoff_fresh_stream(lbackoff_object *o) {
-  backoff_reseed(&o->core, lbackoff_new_seed(o->owner, &o->tag));
-}
-
-/* __gc of the state: give the page back */
-static int state_gc(lua_State *L) {
-  lbackoff_state *st = (lbackoff_state *)lua_touserdata(L, 1);
-  if (st == NULL) return 0;
-  if (st->wipe != NULL) {
-    munmap((void *)(uintptr_t)st->wipe, 4096);
-    st->wipe = NULL;
+void lbackoff_env_free(lbackoff_env *e) {
+  if (e->wipe != NULL) {
+    munmap((void *)(uintptr_t)e->wipe, 4096);
+    e->wipe = NULL;
   }
-  lbackoff_ffi_free(L, st);    /* objects collected later forget nothing */
-  return 0;
 }
 
-static void state_init(lbackoff_state *st) {
+void lbackoff_env_init(lbackoff_env *e) {
   void *page = MAP_FAILED;
-  st->wipe = NULL;
-  st->ffi = 0;
-  st->objects = NULL;
-  st->nslots = st->nlive = st->ndead = 0;
+  e->wipe = NULL;
 #if defined(MADV_WIPEONFORK) && defined(MAP_ANONYMOUS)
   page = mmap(NULL, 4096, PROT_READ | PROT_WRITE,
               MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -86,41 +72,8 @@ static void state_init(lbackoff_state *st) {
     page = MAP_FAILED;
   }
 #endif
-  if (page != MAP_FAILED) st->wipe = (volatile uint32_t *)page;
-  seed_generator(st, lbackoff_tag(st));
-}
-
-/*
-** Push the state of this lua_State, made on first use.  It lives in the
-** registry: a second load of the module (package.loaded cleared) shares
-** the metatable, so it must share the owner objects are checked against.
-*/
-lbackoff_state *lbackoff_push_state(lua_State *L) {
-  lbackoff_state *st;
-  lua_getfield(L, LUA_REGISTRYINDEX, LBACKOFF_STATE);
-  if (!lua_isnil(L, -1)) return (lbackoff_state *)lua_touserdata(L, -1);
-  lua_pop(L, 1);
-  st = (lbackoff_state *)lua_newuserdatauv(L, sizeof *st, 0);
-  state_init(st);
-  lua_createtable(L, 0, 1);
-  lua_pushcfunction(L, state_gc);
-  lua_setfield(L, -2, "__gc");
-  lua_setmetatable(L, -2);
-  lua_pushvalue(L, -1);
-  lua_setfield(L, LUA_REGISTRYINDEX, LBACKOFF_STATE);
-  return st;
-}
-
-/* call the clock option held by the side table at side: 1 and *t when
-   it returns a finite number; else 0, with what it returned on top of
-   the stack (for the caller's message) */
-int lbackoff_call_clock(lua_State *L, int side, double *t) {
-  lua_rawgeti(L, side, LB_SLOT_CLOCK);
-  lua_call(L, 0, 1);
-  *t = lua_tonumber(L, -1);
-  if (lua_type(L, -1) != LUA_TNUMBER || !lbackoff_is_finite(*t)) return 0;
-  lua_pop(L, 1);
-  return 1;
+  if (page != MAP_FAILED) e->wipe = (volatile uint32_t *)page;
+  seed_generator(e, lbackoff_tag(e));
 }
 
 /* backoff.now(): the default clock */

@@ -22,7 +22,7 @@
 
 #include <stdint.h>
 
-#include "lbackoff.h"
+#include "lbackoff_ffi.h"
 
 #define LB_FFI_SLOW (-1)
 #define LB_FFI_DELAY 0            /* out[0] */

@@ -13,12 +13,20 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "lbackoff.h"
+#include "lbackoff_options.h"
+
+/* constructors: the strategy number and its name -> option row table */
+#define UV_STRATEGY lua_upvalueindex(3)
+#define UV_NAMES lua_upvalueindex(4)
+
+/* the slot of the side table that holds an option of this kind */
+#define LB_SLOT(kind) \
+  ((kind) == BACKOFF_K_START ? LB_SLOT_START : LB_SLOT_CLOCK)
 
 /* push a table: each option name strategy s takes -> its row, as a
    light userdata pointing into backoff_options (one lua_touserdata per
    key reads it, where a number needs a type check and a conversion) */
-void lbackoff_push_names(lua_State *L, int s) {
+static void push_names(lua_State *L, int s) {
   int i;
   lua_newtable(L);
   for (i = 0; backoff_options[i].name != NULL; i++)
@@ -28,7 +36,6 @@ void lbackoff_push_names(lua_State *L, int s) {
     }
 }
 
-/* the name of the first option of this kind, for messages */
 const char *lbackoff_kind_name(int kind) {
   int i;
   for (i = 0; backoff_options[i].name != NULL; i++)
@@ -163,7 +170,7 @@ static void read_options(lua_State *L, int s, int idx, int names,
 }
 
 /* backoff.<s>(opts at idx), names as in read_option */
-int lbackoff_construct(lua_State *L, int s, int idx, int names) {
+static int construct(lua_State *L, int s, int idx, int names) {
   backoff_setup su;
   held h;
   lbackoff_object *o;
@@ -175,8 +182,10 @@ int lbackoff_construct(lua_State *L, int s, int idx, int names) {
   start = start_of(L, s, &su, side, &h);
   o = lbackoff_newud(L, (lbackoff_state *)lua_touserdata(L, UV_STATE),
                      !lua_isnil(L, side));
-  if (!(h.flags & LB_SEEDED)) su.seed = lbackoff_new_seed(o->owner, &o->tag);
-  else o->tag = lbackoff_tag(o->owner);
+  if (!(h.flags & LB_SEEDED))
+    su.seed = lbackoff_new_seed(&o->owner->env, &o->tag);
+  else
+    o->tag = lbackoff_tag(&o->owner->env);
   backoff_init_setup(&o->core, &su, start, NULL); /* finish checked it */
   o->flags |= (unsigned char)
     (h.flags | (backoff_config_draws(&su.config) ? LB_DRAWS : 0));
@@ -251,4 +260,64 @@ int lbackoff_config(lua_State *L) {
     if (push_option(L, o, i)) lua_setfield(L, -2, backoff_options[i].name);
   }
   return 1;
+}
+
+/* ----------------------------------------------------------------- */
+/* constructors                                                      */
+/* ----------------------------------------------------------------- */
+
+/* backoff.<strategy>(opts) */
+static int f_strategy_ctor(lua_State *L) {
+  return construct(L, (int)lua_tointeger(L, UV_STRATEGY), 1, UV_NAMES);
+}
+
+/* backoff.new(strategy, opts): upvalue 3 maps each strategy name to
+   its number, upvalue 4 each number + 1 to its option names */
+static int f_new(lua_State *L) {
+  if (lua_type(L, 1) == LUA_TSTRING) {
+    lua_settop(L, 2);
+    lua_pushvalue(L, 1);
+    lua_rawget(L, lua_upvalueindex(3));
+    if (lua_isnumber(L, -1)) {
+      int s = (int)lua_tointeger(L, -1);
+      lua_rawgeti(L, lua_upvalueindex(4), s + 1);
+      return construct(L, s, 2, lua_gettop(L));
+    }
+  }
+  return luaL_error(L, "backoff.new: unknown strategy %s",
+                    lbackoff_repr(L, 1));
+}
+
+void lbackoff_open_constructors(lua_State *L, int M, int mt, int state) {
+  int s, names, numbers, options;
+  lua_createtable(L, BACKOFF_NSTRATEGIES, 0);
+  names = lua_gettop(L);
+  lua_createtable(L, 0, BACKOFF_NSTRATEGIES);
+  numbers = lua_gettop(L);
+  lua_createtable(L, BACKOFF_NSTRATEGIES, 0);
+  options = lua_gettop(L);
+  for (s = 0; s < BACKOFF_NSTRATEGIES; s++) {
+    push_names(L, s);
+    lua_pushvalue(L, -1);
+    lua_rawseti(L, options, s + 1);
+    lua_pushvalue(L, mt);
+    lua_pushvalue(L, state);
+    lua_pushinteger(L, s);
+    lua_pushvalue(L, -4);               /* the names */
+    lua_pushcclosure(L, f_strategy_ctor, 4);
+    lua_setfield(L, M, backoff_strategy_name(s));
+    lua_pop(L, 1);
+    lua_pushstring(L, backoff_strategy_name(s));
+    lua_rawseti(L, names, s + 1);
+    lua_pushinteger(L, s);
+    lua_setfield(L, numbers, backoff_strategy_name(s));
+  }
+  lua_pushvalue(L, mt);
+  lua_pushvalue(L, state);
+  lua_pushvalue(L, numbers);
+  lua_pushvalue(L, options);
+  lua_pushcclosure(L, f_new, 4);
+  lua_setfield(L, M, "new");
+  lua_pop(L, 2);
+  lua_setfield(L, M, "strategies");
 }

@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "backoff_budget.h"
-#include "lbackoff.h"     /* compatibility, lbackoff_repr, argerror */
+#include "lbackoff_aux.h" /* compatibility, lbackoff_repr, argerror */
 #include "lbudget.h"
 
 #define LBUDGET_MT "backoff.Budget"

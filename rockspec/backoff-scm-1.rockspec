@@ -35,10 +35,13 @@ build = {
     ["backoff.core"] = {
       -- the Makefile's CORE_SRC and BINDING_SRC
       sources = { "csrc/backoff.c", "csrc/backoff_options.c",
-                  "csrc/backoff_budget.c", "csrc/lbackoff.c",
-                  "csrc/lbackoff_options.c", "csrc/lbackoff_env.c",
-                  "csrc/lbackoff_msg.c", "csrc/lbackoff_ffi.c",
-                  "csrc/lbudget.c" },
+                  "csrc/backoff_rules.c", "csrc/backoff_budget.c",
+                  "csrc/lbackoff_aux.c", "csrc/lbackoff_env.c",
+                  "csrc/lbackoff_object.c", "csrc/lbackoff_ffi.c",
+                  "csrc/lbackoff_options.c", "csrc/lbudget.c",
+                  "csrc/lbackoff_methods.c", "csrc/lbackoff.c" },
+      -- the core's symbols stay inside the module (backoff.h)
+      defines = { "BACKOFF_HIDDEN" },
       incdirs = { "csrc" },
       libraries = { "m" },
     },

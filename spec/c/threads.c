@@ -10,7 +10,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "backoff.h"
+#include "backoff_options.h"
 
 #define NTHREADS 4
 #define NOPS 20000

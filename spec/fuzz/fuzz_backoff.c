@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backoff.h"
+#include "backoff_options.h"
 
 typedef struct input {
   const uint8_t *p;

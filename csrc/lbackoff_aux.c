@@ -1,11 +1,46 @@
 /*
-** lbackoff_msg.c -- values in error messages, and argument errors that
+** lbackoff_aux.c -- the bottom layer of the binding (lbackoff_aux.h):
+** the compatibility functions, values in messages, argument errors that
 ** name the function they are about.
 */
 
 #include <string.h>
 
-#include "lbackoff.h"
+#include "lbackoff_aux.h"
+
+/* ----------------------------------------------------------------- */
+/* compatibility                                                     */
+/* ----------------------------------------------------------------- */
+
+#if LUA_VERSION_NUM == 501
+/* luaL_setfuncs of 5.2: table at -(nup+1), nup upvalues on top */
+void lbackoff_setfuncs(lua_State *L, const luaL_Reg *l, int nup) {
+  int i;
+  for (; l->name != NULL; l++) {
+    for (i = 0; i < nup; i++)
+      lua_pushvalue(L, -nup);
+    lua_pushcclosure(L, l->func, nup);
+    lua_setfield(L, -(nup + 2), l->name);
+  }
+  lua_pop(L, nup);
+}
+#endif
+
+#if LUA_VERSION_NUM < 503
+int lbackoff_newmetatable(lua_State *L, const char *name) {
+  if (!luaL_newmetatable(L, name)) return 0;
+  lua_pushstring(L, name);
+  lua_setfield(L, -2, "__name");
+  return 1;
+}
+#endif
+
+void lbackoff_push_count(lua_State *L, uint64_t n) {
+  if (n <= UINT64_C(9007199254740992))  /* exact in every Lua's number */
+    lua_pushinteger(L, (lua_Integer)n);
+  else
+    lua_pushnumber(L, (lua_Number)n);
+}
 
 /* ----------------------------------------------------------------- */
 /* values in messages                                                */

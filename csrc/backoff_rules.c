@@ -1,0 +1,159 @@
+/*
+** backoff_rules.c -- the rules that tie options together (required
+** options, aliases, defaults that follow other options), run once all
+** options are set, and the words of every problem with a setup.
+*/
+
+#include <stdio.h>
+#include <string.h>
+
+#include "backoff_options.h"
+#include "backoff_rows.h"
+
+/* ----------------------------------------------------------------- */
+/* the rules between options                                         */
+/* ----------------------------------------------------------------- */
+
+
+/* an alias given with an option it stands for is an error naming
+   both (checked in row order, whatever the table order was); alone,
+   it sets each of them */
+static int finish_aliases(backoff_setup *s, backoff_problem *p) {
+  int i, k;
+  for (i = 0; i < O_COUNT; i++) {
+    const backoff_option *o = &backoff_options[i];
+    if (o->kind != BACKOFF_K_ALIAS || !given(s, i)) continue;
+    for (k = 0; k < 2 && o->alias_of[k] >= 0; k++)
+      if (given(s, o->alias_of[k]))
+        return problem(p, BACKOFF_P_CONFLICT, i, o->alias_of[k]);
+    for (k = 0; k < 2 && o->alias_of[k] >= 0; k++)  /* set by store() */
+      mark_given(s, o->alias_of[k]);
+  }
+  return BACKOFF_OK;
+}
+
+
+static int finish_required(const backoff_setup *s, backoff_problem *p) {
+  int i, st = s->config.strategy;
+  for (i = 0; i < O_COUNT; i++)
+    if ((backoff_options[i].required >> st) & 1u && !given(s, i))
+      return problem(p, BACKOFF_P_MISSING, i, -1);
+  return BACKOFF_OK;
+}
+
+/* jitter: "proportional" when a factor is given, else "none"; a
+   factor with another kind is a mistake worth reporting */
+static int finish_jitter(backoff_setup *s, backoff_problem *p) {
+  backoff_config *c = &s->config;
+  if (c->strategy == BACKOFF_DECORRELATED) return BACKOFF_OK;
+  if (!given(s, O_JITTER)) {
+    c->jitter = c->jitter_factor > 0 ? BACKOFF_JITTER_PROPORTIONAL
+                                     : BACKOFF_JITTER_NONE;
+  } else if (c->jitter != BACKOFF_JITTER_PROPORTIONAL) {
+    if (given(s, O_JITTER_FACTOR) && c->jitter_factor != 0) {
+      problem(p, BACKOFF_P_RULE, O_JITTER_FACTOR, -1);
+      p->jitter = c->jitter;
+      return BACKOFF_EINVAL;
+    }
+    c->jitter_factor = 0;
+  }
+  return BACKOFF_OK;
+}
+
+/* per-attempt timeouts: retry_timeouts, or adjust_timeout_factor */
+static int finish_timeouts(backoff_setup *s, backoff_problem *p) {
+  if (s->config.strategy == BACKOFF_RETRY_TIMEOUTS || s->config.timeouts)
+    return BACKOFF_OK;
+  if (given(s, O_MIN_ADJUST_TIMEOUT))
+    return problem(p, BACKOFF_P_NEEDS, O_MIN_ADJUST_TIMEOUT,
+                   O_ADJUST_TIMEOUT_FACTOR);
+  if (given(s, O_TIMEOUT_JITTER_FACTOR))
+    return problem(p, BACKOFF_P_NEEDS, O_TIMEOUT_JITTER_FACTOR,
+                   O_ADJUST_TIMEOUT_FACTOR);
+  return BACKOFF_OK;
+}
+
+BACKOFF_API int backoff_setup_finish(backoff_setup *s, backoff_problem *p) {
+  backoff_problem local;
+  backoff_setup t = *s;
+  if (p == NULL) p = &local;
+  if (finish_aliases(&t, p) != BACKOFF_OK ||
+      finish_required(&t, p) != BACKOFF_OK ||
+      finish_jitter(&t, p) != BACKOFF_OK ||
+      finish_timeouts(&t, p) != BACKOFF_OK)
+    return BACKOFF_EINVAL;
+  /* linear: the increment defaults to the initial delay */
+  if (t.config.strategy == BACKOFF_LINEAR && !given(&t, O_DELAY_INCREMENT))
+    t.config.p.linear.delay_increment = t.config.p.linear.initial_delay;
+  /* No backoff_config_check here: setup_set checked every value it
+     stored, and the rules above only copy checked values or write valid
+     ones, so the result always passes it (spec/c/test_backoff.c tries
+     random option sets, valid and not, for every strategy, and fails
+     when a rule lets a bad value through).  Constructors check once. */
+  t.checked = 1;
+  *s = t;
+  return BACKOFF_OK;
+}
+
+/* ----------------------------------------------------------------- */
+/* messages and config()                                             */
+/* ----------------------------------------------------------------- */
+
+static const char *rule_text(const backoff_option *o, int s) {
+  switch (o->kind) {
+    case BACKOFF_K_COUNT: return "an integer >= 0";
+    case BACKOFF_K_BOOL: return "a boolean";
+    case BACKOFF_K_JITTER:
+      return s == BACKOFF_DECORRELATED
+               ? "'none' (decorrelated is random)"
+               : "'none', 'proportional', 'full' or 'equal'";
+    case BACKOFF_K_STRATEGY: return "a known strategy";
+    case BACKOFF_K_SEED: return "an integer";
+    case BACKOFF_K_FUNCTION: return "a function";
+    default: break;
+  }
+  switch (o->range) {
+    case BACKOFF_R_ANY: return "a finite number";
+    case BACKOFF_R_UNIT: return "a number in [0, 1]";
+    case BACKOFF_R_GE1: return "a finite number >= 1";
+    default: return "a finite number >= 0";
+  }
+}
+
+static const char *row_name(int option) {
+  return option >= 0 && option < O_COUNT ? backoff_options[option].name
+                                         : "?";
+}
+
+BACKOFF_API int backoff_problem_message(const backoff_problem *p, int s,
+                                        char *buf, size_t n) {
+  const char *name = row_name(p->option), *other = row_name(p->other);
+  switch (p->kind) {
+    case BACKOFF_P_MISSING:
+      return snprintf(buf, n, "missing required option '%s'", name);
+    case BACKOFF_P_CONFLICT:
+      return snprintf(buf, n, "options '%s' and '%s' cannot be given "
+                      "together", name, other);
+    case BACKOFF_P_NEEDS:
+      return snprintf(buf, n, "option '%s' needs option '%s'%s", name, other,
+                      p->other == O_ADJUST_TIMEOUT_FACTOR
+                        ? " (per-attempt timeouts are off)" : "");
+    default:
+      break;
+  }
+  if (p->option == O_STRATEGY && s >= 0 && s < BACKOFF_NSTRATEGIES)
+    return snprintf(buf, n, "option 'strategy' must be '%s'",
+                    backoff_strategy_name(s));
+  if (p->jitter >= 0)
+    return snprintf(buf, n, "option '%s' must be 0 with jitter '%s'", name,
+                    backoff_jitter_name(p->jitter));
+  if (p->option < 0 || p->option >= O_COUNT)
+    return snprintf(buf, n, "invalid configuration");
+  return snprintf(buf, n, "option '%s' must be %s", name,
+                  rule_text(&backoff_options[p->option], s));
+}
+
+BACKOFF_API int backoff_problem_quotes(const backoff_problem *p) {
+  return p->kind == BACKOFF_P_RULE;
+}
+
