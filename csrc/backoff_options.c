@@ -17,8 +17,8 @@
 #include <string.h>
 
 #include "backoff_math.h"
+#define BACKOFF_OPTIONS_INTERNAL
 #include "backoff_options.h"
-#include "backoff_rows.h"
 
 /* ----------------------------------------------------------------- */
 /* names and defaults                                                */
@@ -110,7 +110,7 @@ BACKOFF_API int backoff_config_init(backoff_config *c, int s) {
 #define NO_ALIAS {NONE, NONE}
 #define ALIAS(a, b) {O_##a, O_##b}
 
-/* each line of OPTIONS (backoff_rows.h) as the row of its enumerator */
+/* each line of OPTIONS (backoff_options.h) as the row of its enumerator */
 #define AS_ROW(id, name, kind, range, show, offset, flag, accepted, \
                required, alias) \
   [O_##id] = {name, kind, range, show, offset, flag, accepted, required, \

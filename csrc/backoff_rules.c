@@ -7,8 +7,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#define BACKOFF_OPTIONS_INTERNAL
 #include "backoff_options.h"
-#include "backoff_rows.h"
 
 /* ----------------------------------------------------------------- */
 /* the rules between options                                         */
