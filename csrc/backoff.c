@@ -17,16 +17,9 @@
 
 #include "backoff.h"
 #include "backoff_math.h"
+#include "backoff_strategies.h"
+#include "backoff_systems.h"
 
-/* The steps of one operation, inlined into each caller as they were
-   when the pipeline had one caller: given a second (the hint's entry),
-   GCC put raw_failure, exponential and timeouts out of line, and
-   b:failure(ts) paid for the calls (about 15 instructions, 4%). */
-#if defined(__GNUC__)
-#define PIPELINE static inline __attribute__((always_inline))
-#else
-#define PIPELINE static inline
-#endif
 
 /* ----------------------------------------------------------------- */
 /* xoshiro256** 1.0 (Blackman and Vigna, 2018, public domain         */
@@ -100,6 +93,14 @@ BACKOFF_API const char *backoff_strerror(int status) {
 /* ----------------------------------------------------------------- */
 
 BACKOFF_API int backoff_config_draws(const backoff_config *c) {
+  switch (c->strategy) {
+    case BACKOFF_GOOGLE: case BACKOFF_CENKALTI: case BACKOFF_AWS:
+    case BACKOFF_DECORRELATED_V2:
+      return 1;
+    case BACKOFF_EVENTSAUCE: return c->jitter != BACKOFF_JITTER_NONE;
+    case BACKOFF_POLLY: return c->use_jitter && c->p.polly.delay > 0;
+    default: break;
+  }
   return c->strategy == BACKOFF_DECORRELATED ||
          (c->jitter != BACKOFF_JITTER_NONE &&
           (c->jitter != BACKOFF_JITTER_PROPORTIONAL || c->jitter_factor > 0)) ||
@@ -115,13 +116,24 @@ BACKOFF_API int backoff_config_timeouts_active(const backoff_config *c) {
 /* ----------------------------------------------------------------- */
 
 /*
-** d * U(1-f, 1+f), written as the reference writes it:
-** min + (max - min) * U(0, 1).  Used for delays and for timeouts.
+** Proportional jitter within max_delay (DIFF 8).  The reference jitters
+** the raw delay and clamps the result, so once d * (1-f) > max_delay
+** every client waits exactly max_delay: lock-step, where clients have
+** been failing longest.  Here the band is [(1-f) * min(d, max),
+** min((1+f) * d, max)]: below max / (1+f) it is the reference's band,
+** bit for bit; above it the delays stay spread, over [(1-f) * max, max]
+** once d >= max.  With cap_then_jitter, the references' order (Google,
+** cenkalti, EventSauce's ScatteredJitter): (1±f) * min(d, max), which
+** may exceed max_delay.
 */
-static double scatter(backoff_rng *rng, double d, double f) {
-  double lo = fin(d * (1 - f));
-  double hi = fin(d * (1 + f));
-  return fin(lo + fin(hi - lo) * backoff_rng_double(rng));
+static double proportional(backoff_t *b, double d) {
+  const backoff_config *c = &b->cfg;
+  double f = c->jitter_factor, capped = d, hi;
+  if (c->has_max_delay && d > c->max_delay) capped = c->max_delay;
+  if (c->cap_then_jitter) return scatter(b, capped, f);
+  hi = fin(d * (1 + f));
+  if (c->has_max_delay && hi > c->max_delay) hi = c->max_delay;
+  return between(b, fin(capped * (1 - f)), hi);
 }
 
 PIPELINE double add_jitter(backoff_t *b, double d) {
@@ -130,15 +142,15 @@ PIPELINE double add_jitter(backoff_t *b, double d) {
   if (d == 0) return d;
   switch (c->jitter) {
     case BACKOFF_JITTER_PROPORTIONAL:
-      return c->jitter_factor > 0 ? scatter(&b->rng, d, c->jitter_factor) : d;
+      return c->jitter_factor > 0 ? proportional(b, d) : d;
     case BACKOFF_JITTER_FULL:
       /* DIFF 7: draw from the capped delay (AWS's formulas) */
       cap = (c->has_max_delay && d > c->max_delay) ? c->max_delay : d;
-      return cap * backoff_rng_double(&b->rng);
+      return cap * draw(b);
     case BACKOFF_JITTER_EQUAL:
       cap = (c->has_max_delay && d > c->max_delay) ? c->max_delay : d;
       cap = cap / 2;
-      return cap + cap * backoff_rng_double(&b->rng);
+      return cap + cap * draw(b);
     default:
       return d;
   }
@@ -146,111 +158,16 @@ PIPELINE double add_jitter(backoff_t *b, double d) {
 
 static double timeout_jitter(backoff_t *b, double t) {
   double f = b->cfg.timeout_jitter_factor;
-  return (t != 0 && f > 0) ? scatter(&b->rng, t, f) : t;
+  return (t != 0 && f > 0) ? scatter(b, t, f) : t;
 }
 
-/* step 8: max_delay, then 0, then min_delay (which wins) */
-static double clamp_delay(const backoff_config *c, double d) {
-  if (c->has_max_delay && d > c->max_delay) d = c->max_delay;
+/* step 8: max_delay (unless with_max is 0), then 0, then min_delay
+   (which wins) */
+static double clamp_delay(const backoff_config *c, double d, int with_max) {
+  if (with_max && c->has_max_delay && d > c->max_delay) d = c->max_delay;
   if (d < 0) d = 0;
   if (d < c->min_delay) d = c->min_delay;
   return d;
-}
-
-/* ----------------------------------------------------------------- */
-/* the strategies: the raw delay of one operation                    */
-/* ----------------------------------------------------------------- */
-
-static int is_increase_decrease(int s) {
-  return s == BACKOFF_LILD || s == BACKOFF_LIMD ||
-         s == BACKOFF_MILD || s == BACKOFF_MIMD;
-}
-
-/* initial * base ** (n-1); initial is finite, so fin() first keeps
-   0 * inf (NaN) out.  Base 2 (the default) is a power of two: built
-   exactly from its bits, as pow would return it, at a fraction of pow's
-   cost; past 2^1023 pow gives inf, which fin makes DBL_MAX. */
-PIPELINE double exponential(double initial, double base, uint64_t n) {
-  if (base == 2)   /* pow(2, n-1) overflows past 1023 */
-    return fin(initial * (n <= 1024 ? pow2(n - 1) : DBL_MAX));
-  return fin(initial * fin(pow(base, (double)(n - 1))));
-}
-
-/* min(cap, U(base, prev * multiplier)), prev starting at base */
-PIPELINE double decorrelated(backoff_t *b) {
-  const backoff_config *c = &b->cfg;
-  double base = c->p.decorrelated.initial_delay;
-  double tmp = b->has_seq ? b->seq_a : base;
-  tmp = fin(tmp * c->p.decorrelated.multiplier);
-  tmp = fin(base + fin(tmp - base) * backoff_rng_double(&b->rng));
-  if (tmp > c->max_delay) tmp = c->max_delay;
-  b->seq_a = tmp;
-  b->has_seq = 1;
-  return tmp;
-}
-
-/* n-th consecutive failure, n >= 1 */
-PIPELINE double raw_failure(backoff_t *b) {
-  const backoff_config *c = &b->cfg;
-  const backoff_params *p = &c->p;
-  uint64_t n = b->attempts;
-  double tmp;
-  switch (c->strategy) {
-    case BACKOFF_CONSTANT:
-      return p->constant.delay;
-    case BACKOFF_LINEAR:
-      return fin(p->linear.initial_delay +
-                 fin((double)(n - 1) * p->linear.delay_increment));
-    case BACKOFF_EXPONENTIAL:
-    case BACKOFF_RETRY_TIMEOUTS:
-      return exponential(p->exponential.initial_delay,
-                         p->exponential.exponent_base, n);
-    case BACKOFF_FIBONACCI:
-      /* seq_a = D(n-1), seq_b = D(n), the raw (unclamped) values */
-      if (n == 1) {
-        b->seq_a = 0;
-        b->seq_b = p->fibonacci.initial_delay1;
-      } else if (n == 2) {
-        b->seq_a = p->fibonacci.initial_delay1;
-        b->seq_b = p->fibonacci.initial_delay2;
-      } else {
-        tmp = b->seq_b;
-        b->seq_b = fin(b->seq_a + b->seq_b);
-        b->seq_a = tmp;
-      }
-      return b->seq_b;
-    case BACKOFF_LILD:   /* same place as limd's */
-    case BACKOFF_LIMD:
-      return b->has_seq ? fin(b->seq_a + p->lild.delay_increment_on_failure)
-                        : p->lild.initial_delay;
-    case BACKOFF_MILD:   /* same place as mimd's */
-    case BACKOFF_MIMD:
-      return b->has_seq ? fin(b->seq_a * p->mild.delay_multiple_on_failure)
-                        : p->mild.initial_delay;
-    case BACKOFF_DECORRELATED:
-      return decorrelated(b);
-    default:
-      return 0;
-  }
-}
-
-static double raw_success(backoff_t *b) {
-  const backoff_params *p = &b->cfg.p;
-  switch (b->cfg.strategy) {
-    case BACKOFF_LILD:   /* same place as mild's */
-    case BACKOFF_MILD:
-      return b->has_seq ? fin(b->seq_a + p->lild.delay_increment_on_success)
-                        : p->lild.initial_delay;
-    case BACKOFF_LIMD:   /* same place as mimd's */
-    case BACKOFF_MIMD:
-      return b->has_seq ? fin(b->seq_a * p->limd.delay_multiple_on_success)
-                        : p->limd.initial_delay;
-    case BACKOFF_DECORRELATED:
-      b->has_seq = 0;  /* prev returns to initial_delay */
-      return p->decorrelated.delay_on_success;
-    default:   /* delay_on_success sits at the same place in the others */
-      return p->linear.delay_on_success;
-  }
 }
 
 /* ----------------------------------------------------------------- */
@@ -325,7 +242,7 @@ PIPELINE double timeouts(backoff_t *b, double ts, double d,
 ** Only backoff_failure_hint() pays for them, through record_hint().
 */
 PIPELINE int record_steps(backoff_t *b, double ts, double raw, double hint,
-                          backoff_result *r) {
+                          int self, backoff_result *r) {
   const backoff_config *c = &b->cfg;
   double d = raw, seq = 0, own;
   /* step 5 */
@@ -339,11 +256,16 @@ PIPELINE int record_steps(backoff_t *b, double ts, double raw, double hint,
   /* DIFF 2: the *I*D sequence advances from clamp(raw) when the
      actual delay is considered, so the previous delay counts once */
   if (c->consider_actual_delay && is_increase_decrease(c->strategy))
-    seq = clamp_delay(c, raw);
-  /* step 7 */
-  d = add_jitter(b, d);
+    seq = clamp_delay(c, raw, 1);
+  /* step 7 (a system that jitters itself has, and capped as it does) */
+  if (!self) {
+    if (c->cap_then_jitter && c->has_max_delay && d > c->max_delay)
+      d = c->max_delay;   /* the references' order: cap, then jitter */
+    d = add_jitter(b, d);
+  }
   /* step 8 */
-  d = clamp_delay(c, d);
+  d = clamp_delay(c, d, !self && !(c->cap_then_jitter &&
+                                   c->jitter == BACKOFF_JITTER_PROPORTIONAL));
   own = unsign_zero(d);
   /* step 9 */
   if (backoff_config_timeouts_active(c))
@@ -363,40 +285,100 @@ PIPELINE int record_steps(backoff_t *b, double ts, double raw, double hint,
 }
 
 static int record(backoff_t *b, double ts, double raw, backoff_result *r) {
-  return record_steps(b, ts, raw, 0, r);
+  return record_steps(b, ts, raw, 0, 0, r);
 }
 
 static int record_hint(backoff_t *b, double ts, double raw, double hint,
                        backoff_result *r) {
-  return record_steps(b, ts, raw, hint, r);
+  return record_steps(b, ts, raw, hint, 0, r);
+}
+
+/* the steps for the systems and fast_first: nothing folded away */
+static int record_special(backoff_t *b, double ts, double raw, double hint,
+                          int self, backoff_result *r) {
+  return record_steps(b, ts, raw, hint, self, r);
+}
+
+/* steps 1 and 2 and the hint's limits: 1 when the failure gives up (*r
+   filled), else 0 with the attempt counted */
+PIPELINE int gives_up(backoff_t *b, double ts, double hint,
+                      backoff_result *r) {
+  const backoff_config *c = &b->cfg;
+  /* step 1; a duration give-up lasts (timestamps may step back) */
+  if (c->max_actual_duration > 0 &&
+      (b->expired || fin(ts - b->start) >= c->max_actual_duration)) {
+    b->expired = 1;
+    return give_up(b, ts, r, BACKOFF_MAX_DURATION) == BACKOFF_OK;
+  }
+  /* the server's hint: too long, or past the deadline (not lasting:
+     a later failure with a shorter hint may go on) */
+  if (hint > 0 && c->has_max_hint && hint > c->max_hint)
+    return give_up(b, ts, r, BACKOFF_RETRY_AFTER) == BACKOFF_OK;
+  if (hint > 0 && c->max_actual_duration > 0 &&
+      fin(fin(ts - b->start) + hint) >= c->max_actual_duration)
+    return give_up(b, ts, r, BACKOFF_MAX_DURATION) == BACKOFF_OK;
+  /* step 2 */
+  if (b->attempts < UINT64_MAX) b->attempts++;   /* saturate */
+  if (c->max_attempts > 0 && b->attempts >= c->max_attempts)
+    return give_up(b, ts, r, BACKOFF_MAX_ATTEMPTS) == BACKOFF_OK;
+  return 0;
+}
+
+/*
+** A failure off the Perl family's path: a system (backoff_systems.h), or
+** fast_first (the first failure waits 0 and counts as an attempt; the
+** strategy's sequence starts at the second).  The systems' own stop
+** rules: Google's, strict on whole milliseconds, before anything else
+** (lasting); cenkalti's look-ahead, elapsed + next > max_elapsed_time,
+** after the draw, with the interval advanced and not lasting, as in Go.
+*/
+static int special_failure(backoff_t *b, double ts, double hint,
+                           backoff_result *r) {
+  const backoff_config *c = &b->cfg;
+  int s = c->strategy;
+  double raw, ns;
+  if (s == BACKOFF_GOOGLE && (b->expired || google_expired(b, ts))) {
+    b->expired = 1;
+    return give_up(b, ts, r, BACKOFF_MAX_DURATION);
+  }
+  if (gives_up(b, ts, hint, r)) return BACKOFF_OK;
+  if (c->fast_first && b->attempts == 1) {
+    raw = 0;
+  } else {
+    switch (s) {
+      case BACKOFF_GOOGLE: raw = interval_delay(b) / 1e3; break;
+      case BACKOFF_CENKALTI:
+        ns = interval_delay(b);
+        if (c->p.google.max_elapsed_time > 0 &&
+            fin(elapsed_ns(b, ts) + ns) >
+              whole_units(c->p.google.max_elapsed_time, 1e9))
+          return give_up(b, ts, r, BACKOFF_MAX_DURATION);
+        raw = ns / 1e9;
+        break;
+      case BACKOFF_EVENTSAUCE: raw = eventsauce_delay(b, b->attempts); break;
+      case BACKOFF_POLLY: raw = polly_delay(b, b->attempts - 1); break;
+      case BACKOFF_DECORRELATED_V2:
+        raw = v2_delay(b, b->attempts - 1,
+                       c->p.decorrelated_v2.median_first_retry_delay);
+        if (c->has_max_delay && raw > c->max_delay) raw = c->max_delay;
+        break;
+      case BACKOFF_AWS: raw = aws_delay(b, b->attempts); break;
+      default: raw = raw_failure(b, b->attempts - c->fast_first); break;
+    }
+  }
+  return record_special(b, ts, raw, hint, jitters_itself(s), r);
 }
 
 /* a failure at a finite ts with hint (0: none; finite and >= 0); as
    record_steps(), compiled once with a constant 0 (backoff_failure) */
 PIPELINE int failure(backoff_t *b, double ts, double hint,
                      backoff_result *r) {
-  const backoff_config *c = &b->cfg;
   double raw;
   ts = effective_ts(b, ts);
-  /* step 1; a duration give-up lasts (timestamps may step back) */
-  if (c->max_actual_duration > 0 &&
-      (b->expired || fin(ts - b->start) >= c->max_actual_duration)) {
-    b->expired = 1;
-    return give_up(b, ts, r, BACKOFF_MAX_DURATION);
-  }
-  /* the server's hint: too long, or past the deadline (not lasting:
-     a later failure with a shorter hint may go on) */
-  if (hint > 0 && c->has_max_hint && hint > c->max_hint)
-    return give_up(b, ts, r, BACKOFF_RETRY_AFTER);
-  if (hint > 0 && c->max_actual_duration > 0 &&
-      fin(fin(ts - b->start) + hint) >= c->max_actual_duration)
-    return give_up(b, ts, r, BACKOFF_MAX_DURATION);
-  /* step 2 */
-  if (b->attempts < UINT64_MAX) b->attempts++;   /* saturate */
-  if (c->max_attempts > 0 && b->attempts >= c->max_attempts)
-    return give_up(b, ts, r, BACKOFF_MAX_ATTEMPTS);
+  if (b->cfg.special) return special_failure(b, ts, hint, r);
+  if (gives_up(b, ts, hint, r)) return BACKOFF_OK;
   /* step 3 */
-  raw = raw_failure(b);
+  raw = raw_failure(b, b->attempts);
   return hint > 0 ? record_hint(b, ts, raw, hint, r) : record(b, ts, raw, r);
 }
 
@@ -436,11 +418,28 @@ static void fresh_state(backoff_t *b, double start) {
 }
 
 BACKOFF_API void backoff_init_trusted(backoff_t *b, const backoff_config *c,
-                                      double start, uint64_t seed) {
+                                      double start, uint64_t seed,
+                                      const backoff_draws *draws) {
   b->cfg = *c;
+  b->draws = draws;
   /* -0.0 in, +0.0 out: keep every stored bound unsigned */
   b->cfg.min_delay = unsign_zero(c->min_delay);
   b->cfg.max_delay = unsign_zero(c->max_delay);
+  if (c->strategy >= BACKOFF_FIRST_SYSTEM) {
+    /* what only the Perl family takes is off for the systems, whatever
+       the fields held (backoff_config_check looks only at what the
+       strategy takes) */
+    b->cfg.timeouts = b->cfg.consider_actual_delay = 0;
+    b->cfg.cap_then_jitter = 0;
+    b->cfg.min_delay = 0;
+    if (c->strategy != BACKOFF_DECORRELATED_V2) b->cfg.fast_first = 0;
+    if (c->strategy == BACKOFF_GOOGLE || c->strategy == BACKOFF_CENKALTI) {
+      b->cfg.max_actual_duration = 0;   /* max_elapsed_time instead */
+      b->cfg.has_max_delay = 0;         /* max_interval instead */
+    }
+  }
+  b->cfg.special = (unsigned char)(c->strategy >= BACKOFF_FIRST_SYSTEM ||
+                                   b->cfg.fast_first);
   b->seed = seed;
   fresh_state(b, start);
 }
@@ -478,5 +477,15 @@ BACKOFF_API double backoff_start(const backoff_t *b) {
 BACKOFF_API int backoff_timeout(const backoff_t *b, double *timeout) {
   if (!backoff_config_timeouts_active(&b->cfg)) return 0;
   *timeout = b->timeout;
+  return 1;
+}
+
+BACKOFF_API int backoff_current_interval(const backoff_t *b,
+                                         double *seconds) {
+  int s = b->cfg.strategy;
+  double per;
+  if (s != BACKOFF_GOOGLE && s != BACKOFF_CENKALTI) return 0;
+  per = units_per_second(s);
+  *seconds = current_units(b, per) / per;
   return 1;
 }

@@ -65,14 +65,41 @@ typedef enum backoff_strategy {
   BACKOFF_MIMD,
   BACKOFF_DECORRELATED,
   BACKOFF_RETRY_TIMEOUTS,
+  /* the systems users port from, each with its own parameters, defaults
+     and rules (backoff_systems.h has their arithmetic) */
+  BACKOFF_GOOGLE,           /* Google's ExponentialBackOff (Java) */
+  BACKOFF_CENKALTI,         /* cenkalti/backoff v4's ExponentialBackOff (Go) */
+  BACKOFF_EVENTSAUCE,       /* EventSauce BackOff (PHP) */
+  BACKOFF_POLLY,            /* Polly v8's retry delays (.NET) */
+  BACKOFF_DECORRELATED_V2,  /* Polly.Contrib's DecorrelatedJitterBackoffV2 */
+  BACKOFF_AWS,              /* the AWS article's three formulas */
   BACKOFF_NSTRATEGIES
 } backoff_strategy;
+
+/* the first of the systems above: below it, the Perl family */
+#define BACKOFF_FIRST_SYSTEM BACKOFF_GOOGLE
+
+/* the shape of an EventSauce or Polly delay (backoff_config.backoff_type) */
+typedef enum backoff_type {
+  BACKOFF_TYPE_CONSTANT = 0,
+  BACKOFF_TYPE_LINEAR,
+  BACKOFF_TYPE_EXPONENTIAL,
+  BACKOFF_TYPE_FIBONACCI,
+  BACKOFF_TYPE_NO_WAITING,
+  BACKOFF_TYPE_IMMEDIATELY_FAILING,
+  BACKOFF_NTYPES
+} backoff_type;
 
 typedef enum backoff_jitter {
   BACKOFF_JITTER_NONE = 0,
   BACKOFF_JITTER_PROPORTIONAL,  /* d * U(1-f, 1+f) */
   BACKOFF_JITTER_FULL,          /* U(0, min(d, max_delay)) */
   BACKOFF_JITTER_EQUAL,         /* c/2 + U(0, c/2), c = min(d, max_delay) */
+  /* EventSauce's names: half = equal, scattered = proportional after
+     the cap (its range is the factor) */
+  BACKOFF_JITTER_HALF,
+  BACKOFF_JITTER_SCATTERED,
+  BACKOFF_JITTER_DECORRELATED,  /* the AWS article's third formula */
   BACKOFF_NJITTERS
 } backoff_jitter;
 
@@ -105,6 +132,15 @@ typedef union backoff_params {
   struct { double initial_delay, delay_multiple_on_failure,
                   delay_multiple_on_success; } mimd;
   struct { double initial_delay, multiplier, delay_on_success; } decorrelated;
+  /* google and cenkalti: the Java and Go fields, in seconds */
+  struct { double initial_interval, randomization_factor, multiplier,
+                  max_interval, max_elapsed_time; } google;
+  /* eventsauce: max_tries -1 is unlimited; jitter_threshold 0 is none */
+  struct { double initial_delay, base, max_tries,
+                  jitter_threshold; } eventsauce;
+  struct { double delay, unused, max_retry_attempts; } polly;
+  struct { double median_first_retry_delay; } decorrelated_v2;
+  struct { double base; } aws;      /* at initial_delay's place */
 } backoff_params;
 
 /*
@@ -119,6 +155,15 @@ typedef struct backoff_config {
   unsigned char timeouts;               /* 1: per-attempt timeouts wanted */
   unsigned char has_max_delay;          /* 0: no upper bound */
   unsigned char has_max_hint;           /* 0: any hint is obeyed */
+  unsigned char cap_then_jitter;        /* 1: max_delay caps the delay
+                                           before jitter (the references'
+                                           order), not after */
+  unsigned char fast_first;             /* 1: the first failure waits 0 */
+  unsigned char backoff_type;           /* eventsauce, polly: backoff_type */
+  unsigned char use_jitter;             /* polly: UseJitter */
+  unsigned char special;                /* set by backoff_init*: a system
+                                           or fast_first (off the Perl
+                                           family's path) */
   backoff_params p;                     /* the strategy's parameters */
   double min_delay;                     /* >= 0, applied last */
   double max_delay;                     /* >= 0, when has_max_delay */
@@ -130,6 +175,20 @@ typedef struct backoff_config {
   double timeout_jitter_factor;         /* [0, 1] */
   double max_hint;                      /* >= 0, when has_max_hint */
 } backoff_config;
+
+/*
+** A source of uniform draws in [0, 1] that a caller lends an object
+** (backoff_t.draws) in place of its own generator: tests replay the
+** draws a reference library made, and the Lua binding calls a user's
+** function.  next is called once per draw, in the order of the
+** pipeline: the initial timeout (init, reset), then per operation the
+** strategy's own draw (decorrelated), the delay's jitter, the timeout's
+** jitter.
+*/
+typedef struct backoff_draws {
+  double (*next)(void *ctx);
+  void *ctx;
+} backoff_draws;
 
 /* xoshiro256** state; never all zero. */
 typedef struct backoff_rng {
@@ -151,6 +210,9 @@ typedef struct backoff_t {
   double seq_a, seq_b;    /* strategy memory (fibonacci, *I*D, decorrelated) */
   double timeout;         /* current suggested timeout */
   unsigned char has_last_ts, has_seq, expired;
+  /* NULL: the generator above; else a source lent for the calls made
+     while it is set (it must outlive them).  backoff_init* set it. */
+  const backoff_draws *draws;
 } backoff_t;
 
 /* What one success or failure produced. */
@@ -166,10 +228,12 @@ typedef struct backoff_result {
 /*
 ** Initialise *b from *c, which the caller has checked (backoff_init in
 ** backoff_options.h checks it, then calls this): start finite, the
-** jitter stream of seed.  Draws the initial timeout.  Cannot fail.
+** jitter stream of seed.  Draws the initial timeout (from draws when
+** not NULL; b->draws is left set to draws).  Cannot fail.
 */
 BACKOFF_API void backoff_init_trusted(backoff_t *b, const backoff_config *c,
-                                      double start, uint64_t seed);
+                                      double start, uint64_t seed,
+                                      const backoff_draws *draws);
 
 /*
 ** Record a failure (or a success) at time ts (seconds, finite; a time
@@ -215,6 +279,10 @@ BACKOFF_API uint64_t backoff_attempts(const backoff_t *b);
 BACKOFF_API double backoff_start(const backoff_t *b);
 /* 1 and *timeout set when timeouts are active, else 0. */
 BACKOFF_API int backoff_timeout(const backoff_t *b, double *timeout);
+/* google and cenkalti: 1 and *seconds = the interval the next failure
+   starts from (Java's getCurrentIntervalMillis, in seconds); else 0. */
+BACKOFF_API int backoff_current_interval(const backoff_t *b,
+                                         double *seconds);
 /* 1 when per-attempt timeouts are active for this configuration. */
 BACKOFF_API int backoff_config_timeouts_active(const backoff_config *c);
 

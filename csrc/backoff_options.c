@@ -37,6 +37,12 @@ static const char *const strategy_names[] = {
   [BACKOFF_MIMD] = "mimd",
   [BACKOFF_DECORRELATED] = "decorrelated",
   [BACKOFF_RETRY_TIMEOUTS] = "retry_timeouts",
+  [BACKOFF_GOOGLE] = "google",
+  [BACKOFF_CENKALTI] = "cenkalti",
+  [BACKOFF_EVENTSAUCE] = "eventsauce",
+  [BACKOFF_POLLY] = "polly",
+  [BACKOFF_DECORRELATED_V2] = "decorrelated_v2",
+  [BACKOFF_AWS] = "aws",
 };
 
 static const char *const jitter_names[] = {
@@ -44,11 +50,29 @@ static const char *const jitter_names[] = {
   [BACKOFF_JITTER_PROPORTIONAL] = "proportional",
   [BACKOFF_JITTER_FULL] = "full",
   [BACKOFF_JITTER_EQUAL] = "equal",
+  [BACKOFF_JITTER_HALF] = "half",
+  [BACKOFF_JITTER_SCATTERED] = "scattered",
+  [BACKOFF_JITTER_DECORRELATED] = "decorrelated",
 };
+
+static const char *const type_names[] = {
+  [BACKOFF_TYPE_CONSTANT] = "constant",
+  [BACKOFF_TYPE_LINEAR] = "linear",
+  [BACKOFF_TYPE_EXPONENTIAL] = "exponential",
+  [BACKOFF_TYPE_FIBONACCI] = "fibonacci",
+  [BACKOFF_TYPE_NO_WAITING] = "no_waiting",
+  [BACKOFF_TYPE_IMMEDIATELY_FAILING] = "immediately_failing",
+};
+
+#define BIT(x) (1u << (x))
+#define J(x) BIT(BACKOFF_JITTER_##x)
+#define T(x) BIT(BACKOFF_TYPE_##x)
 
 typedef char every_strategy_has_a_name[
   sizeof strategy_names / sizeof *strategy_names == BACKOFF_NSTRATEGIES
   ? 1 : -1];
+typedef char every_type_has_a_name[
+  sizeof type_names / sizeof *type_names == BACKOFF_NTYPES ? 1 : -1];
 typedef char every_jitter_has_a_name[
   sizeof jitter_names / sizeof *jitter_names == BACKOFF_NJITTERS ? 1 : -1];
 /* a set of strategies is a backoff_strategies bit mask */
@@ -63,6 +87,35 @@ BACKOFF_API const char *backoff_jitter_name(int j) {
   return (j >= 0 && j < BACKOFF_NJITTERS) ? jitter_names[j] : NULL;
 }
 
+BACKOFF_API const char *backoff_type_name(int t) {
+  return (t >= 0 && t < BACKOFF_NTYPES) ? type_names[t] : NULL;
+}
+
+/* each system's own names for its jitter kinds and its classes */
+BACKOFF_API int backoff_strategy_takes_jitter(int s, int j) {
+  unsigned kinds;
+  switch (s) {
+    case BACKOFF_EVENTSAUCE: kinds = J(NONE) | J(FULL) | J(HALF) | J(SCATTERED);
+      break;
+    case BACKOFF_AWS: kinds = J(FULL) | J(EQUAL) | J(DECORRELATED); break;
+    case BACKOFF_DECORRELATED: kinds = J(NONE); break;   /* random itself */
+    default:
+      kinds = s < BACKOFF_FIRST_SYSTEM
+              ? J(NONE) | J(PROPORTIONAL) | J(FULL) | J(EQUAL) : J(NONE);
+      break;
+  }
+  return j >= 0 && j < BACKOFF_NJITTERS && (kinds & BIT(j)) != 0;
+}
+
+BACKOFF_API int backoff_strategy_takes_type(int s, int t) {
+  unsigned types = 0;
+  if (s == BACKOFF_EVENTSAUCE)
+    types = T(EXPONENTIAL) | T(FIBONACCI) | T(LINEAR) | T(NO_WAITING) |
+            T(IMMEDIATELY_FAILING);
+  if (s == BACKOFF_POLLY) types = T(CONSTANT) | T(LINEAR) | T(EXPONENTIAL);
+  return t >= 0 && t < BACKOFF_NTYPES && (types & BIT(t)) != 0;
+}
+
 BACKOFF_API int backoff_config_init(backoff_config *c, int s) {
   backoff_config d;
   if (s < 0 || s >= BACKOFF_NSTRATEGIES) return BACKOFF_EINVAL;
@@ -74,6 +127,30 @@ BACKOFF_API int backoff_config_init(backoff_config *c, int s) {
   switch (s) {
     case BACKOFF_EXPONENTIAL: d.p.exponential.exponent_base = 2; break;
     case BACKOFF_DECORRELATED: d.p.decorrelated.multiplier = 3; break;
+    case BACKOFF_GOOGLE: case BACKOFF_CENKALTI:
+      /* the defaults of both: 0.5 s, 0.5, 1.5, 60 s, 15 min */
+      d.p.google.initial_interval = 0.5;
+      d.p.google.randomization_factor = 0.5;
+      d.p.google.multiplier = 1.5;
+      d.p.google.max_interval = 60;
+      d.p.google.max_elapsed_time = 900;
+      break;
+    case BACKOFF_EVENTSAUCE:
+      /* ExponentialBackOffStrategy's: 2.5 s, base 2.0, unlimited */
+      d.backoff_type = BACKOFF_TYPE_EXPONENTIAL;
+      d.p.eventsauce.base = 2;
+      d.p.eventsauce.max_tries = -1;
+      d.has_max_delay = 1;
+      d.max_delay = 2.5;
+      break;
+    case BACKOFF_POLLY:
+      /* RetryStrategyOptions': constant 2 s, 3 retries, no jitter */
+      d.backoff_type = BACKOFF_TYPE_CONSTANT;
+      d.p.polly.delay = 2;
+      d.p.polly.max_retry_attempts = 3;
+      d.max_attempts = 4;
+      break;
+    case BACKOFF_AWS: d.jitter = BACKOFF_JITTER_FULL; break;
     case BACKOFF_RETRY_TIMEOUTS:
       /* Algorithm::Backoff::RetryTimeouts' defaults */
       d.p.exponential.initial_delay = sqrt(2.0);
@@ -98,8 +175,10 @@ BACKOFF_API int backoff_config_init(backoff_config *c, int s) {
 
 #define S(x) ((backoff_strategies)1 << BACKOFF_##x)
 #define ALL (((backoff_strategies)1 << BACKOFF_NSTRATEGIES) - 1)
-#define NOT_DEC (ALL & ~S(DECORRELATED))
+#define PERL (((backoff_strategies)1 << BACKOFF_FIRST_SYSTEM) - 1)
 #define ID_STRATEGIES (S(LILD) | S(LIMD) | S(MILD) | S(MIMD))
+#define COUNTS_ATTEMPTS (PERL | S(GOOGLE) | S(CENKALTI) | \
+                         S(DECORRELATED_V2) | S(AWS))
 
 #define K(x) BACKOFF_K_##x
 #define R(x) BACKOFF_R_##x
@@ -131,6 +210,10 @@ static inline int in_range(int range, double v) {
     case BACKOFF_R_NONNEG: return v >= 0;
     case BACKOFF_R_UNIT: return v >= 0 && v <= 1;
     case BACKOFF_R_GE1: return v >= 1;
+    case BACKOFF_R_POSITIVE: return v > 0;
+    case BACKOFF_R_UNIT_OPEN: return v >= 0 && v < 1;
+    case BACKOFF_R_TRIES: return v >= -1 && v == floor(v);
+    case BACKOFF_R_RETRIES: return v >= 1 && v <= 2147483647 && v == floor(v);
     default: return 1;
   }
 }
@@ -144,6 +227,8 @@ BACKOFF_API int backoff_setup_init(backoff_setup *s, int strategy) {
   if (backoff_config_init(&s->config, strategy) != BACKOFF_OK)
     return BACKOFF_EINVAL;
   s->seed = 0;
+  s->max_retries = 0;
+  s->draws = NULL;
   s->start = 0;
   memset(s->given, 0, sizeof s->given);
   s->checked = 0;
@@ -232,13 +317,18 @@ static int store(backoff_setup *t, const backoff_option *o,
       return 0;
     case BACKOFF_K_JITTER:
       j = name_index(v, BACKOFF_NJITTERS, backoff_jitter_name);
-      if (j < 0) return -1;
+      if (!backoff_strategy_takes_jitter(t->config.strategy, j)) return -1;
+      *(unsigned char *)at = (unsigned char)j;
+      return 0;
+    case BACKOFF_K_TYPE:
+      j = name_index(v, BACKOFF_NTYPES, backoff_type_name);
+      if (!backoff_strategy_takes_type(t->config.strategy, j)) return -1;
       *(unsigned char *)at = (unsigned char)j;
       return 0;
     case BACKOFF_K_STRATEGY:
       j = name_index(v, BACKOFF_NSTRATEGIES, backoff_strategy_name);
       return j == t->config.strategy ? 0 : -1;
-    default: /* BACKOFF_K_FUNCTION: the binding holds it */
+    default: /* BACKOFF_K_FUNCTION, BACKOFF_K_RANDOM: the binding's */
       return v->type == BACKOFF_V_FUNCTION ? 0 : -1;
   }
 }
@@ -274,7 +364,11 @@ static inline int field_ok(const backoff_config *c,
       memcpy(&d, at, sizeof d);
       return in_range(o->range, d);
     case BACKOFF_K_JITTER:
-      return *(const unsigned char *)at < BACKOFF_NJITTERS;
+      return backoff_strategy_takes_jitter(c->strategy,
+                                           *(const unsigned char *)at);
+    case BACKOFF_K_TYPE:
+      return backoff_strategy_takes_type(c->strategy,
+                                         *(const unsigned char *)at);
     default:
       return 1;
   }
@@ -285,9 +379,11 @@ BACKOFF_API int backoff_config_check(const backoff_config *c,
   int i, bad = -1;
   if (c->strategy >= BACKOFF_NSTRATEGIES) {
     bad = O_STRATEGY;
-  } else if (c->strategy == BACKOFF_DECORRELATED &&
-             c->jitter != BACKOFF_JITTER_NONE) {
-    bad = O_JITTER;       /* decorrelated is random by itself */
+  } else if (!backoff_strategy_takes_jitter(c->strategy, c->jitter)) {
+    bad = O_JITTER;       /* decorrelated is random by itself, ... */
+  } else if (c->strategy == BACKOFF_GOOGLE &&
+             c->p.google.max_interval < c->p.google.initial_interval) {
+    bad = O_GOOGLE_MAX;
   } else {
     for (i = 0; i < O_COUNT && bad < 0; i++) {
       const backoff_option *o = &backoff_options[i];
@@ -305,17 +401,20 @@ BACKOFF_API int backoff_init(backoff_t *b, const backoff_config *c,
   int status = backoff_config_check(c, bad_option);
   if (status != BACKOFF_OK) return status;
   if (!is_finite(start)) return BACKOFF_ETIME;
-  backoff_init_trusted(b, c, start, seed);
+  backoff_init_trusted(b, c, start, seed, NULL);
   return BACKOFF_OK;
 }
 
 BACKOFF_API int backoff_init_setup(backoff_t *b, const backoff_setup *s,
                                    double start, int *bad_option) {
-  if (!s->checked)
-    return backoff_init(b, &s->config, start, s->seed, bad_option);
-  if (bad_option) *bad_option = -1;
+  if (!s->checked) {
+    int status = backoff_config_check(&s->config, bad_option);
+    if (status != BACKOFF_OK) return status;
+  } else if (bad_option) {
+    *bad_option = -1;
+  }
   if (!is_finite(start)) return BACKOFF_ETIME;
-  backoff_init_trusted(b, &s->config, start, s->seed);
+  backoff_init_trusted(b, &s->config, start, s->seed, s->draws);
   return BACKOFF_OK;
 }
 
@@ -342,6 +441,8 @@ BACKOFF_API int backoff_option_shown(const backoff_config *c, int option,
       return *((const unsigned char *)c + o->flag) != 0;
     case BACKOFF_SHOW_IF_TIMEOUTS: return c->timeouts;
     case BACKOFF_SHOW_IF_GIVEN: return given_by_user;
+    case BACKOFF_SHOW_IF_TRUE:
+      return *((const unsigned char *)c + o->offset) != 0;
     default: return 0;
   }
 }

@@ -26,9 +26,13 @@
 extern "C" {
 #endif
 
-/* Names: "exponential", "full", ...; NULL when out of range. */
+/* Names: "exponential", "full", "fibonacci"...; NULL when out of range. */
 BACKOFF_API const char *backoff_strategy_name(int s);
 BACKOFF_API const char *backoff_jitter_name(int j);
+BACKOFF_API const char *backoff_type_name(int t);
+/* 1 when strategy s takes jitter kind j (or backoff_type t) */
+BACKOFF_API int backoff_strategy_takes_jitter(int s, int j);
+BACKOFF_API int backoff_strategy_takes_type(int s, int t);
 
 /*
 ** Fill *c with the defaults of strategy s (exponent_base 2, multiplier 3,
@@ -61,11 +65,14 @@ typedef enum backoff_option_kind {
   BACKOFF_K_NUMBER = 0, /* a finite double within the row's range */
   BACKOFF_K_COUNT,      /* an integer >= 0; huge values saturate */
   BACKOFF_K_BOOL,
-  BACKOFF_K_JITTER,     /* a jitter name */
+  BACKOFF_K_JITTER,     /* a jitter name the strategy takes */
+  BACKOFF_K_TYPE,       /* a backoff_type name the strategy takes */
   BACKOFF_K_STRATEGY,   /* the strategy's own name (config round trip) */
   BACKOFF_K_SEED,       /* a 64-bit integer */
   BACKOFF_K_START,      /* a finite number: the start time */
   BACKOFF_K_FUNCTION,   /* a clock: held by the binding, not the core */
+  BACKOFF_K_RANDOM,     /* a function of uniform draws: held by the
+                           binding, lent as backoff_t.draws */
   BACKOFF_K_ALIAS       /* a number that stands for other options */
 } backoff_option_kind;
 
@@ -73,7 +80,11 @@ typedef enum backoff_range {
   BACKOFF_R_ANY = 0,    /* any finite number */
   BACKOFF_R_NONNEG,     /* >= 0 */
   BACKOFF_R_UNIT,       /* [0, 1] */
-  BACKOFF_R_GE1         /* >= 1 */
+  BACKOFF_R_GE1,        /* >= 1 */
+  BACKOFF_R_POSITIVE,   /* > 0 */
+  BACKOFF_R_UNIT_OPEN,  /* [0, 1) */
+  BACKOFF_R_TRIES,      /* an integer >= -1 (-1: unlimited) */
+  BACKOFF_R_RETRIES     /* an integer from 1 to 2147483647 (unlimited) */
 } backoff_range;
 
 /* when config() shows an option */
@@ -82,6 +93,7 @@ typedef enum backoff_show {
   BACKOFF_SHOW_IF_SET,       /* its flag (has_max_delay, ...) is set */
   BACKOFF_SHOW_IF_TIMEOUTS,  /* per-attempt timeouts are wanted */
   BACKOFF_SHOW_IF_GIVEN,     /* seed, start, clock: when the user gave it */
+  BACKOFF_SHOW_IF_TRUE,      /* a boolean that is on (off by default) */
   BACKOFF_SHOW_NEVER         /* aliases */
 } backoff_show;
 
@@ -112,6 +124,9 @@ typedef struct backoff_setup {
   backoff_config config;
   uint64_t seed;          /* BACKOFF_K_SEED */
   double start;           /* BACKOFF_K_START */
+  uint64_t max_retries;   /* max_retries, until finish makes it attempts */
+  const backoff_draws *draws;  /* lent to the object by backoff_init_setup
+                                  (NULL: its generator) */
   uint32_t given[BACKOFF_MAX_OPTIONS / 32];   /* bit i: row i was set */
   int checked;            /* 1 after backoff_setup_finish accepted it */
 } backoff_setup;
@@ -137,7 +152,8 @@ typedef enum backoff_problem_kind {
   BACKOFF_P_RULE,       /* option must be <rule> (quote its value) */
   BACKOFF_P_MISSING,    /* missing required option */
   BACKOFF_P_CONFLICT,   /* option and other given together */
-  BACKOFF_P_NEEDS       /* option needs other */
+  BACKOFF_P_NEEDS,      /* option needs other */
+  BACKOFF_P_BELOW       /* option must be >= other */
 } backoff_problem_kind;
 
 typedef struct backoff_problem {
@@ -198,6 +214,11 @@ BACKOFF_API int backoff_init_setup(backoff_t *b, const backoff_setup *s,
 ** checks it), a line here, and its use in the engine.
 **
 **  ID, name, kind, range, show, offset, flag, accepted, required, alias
+**
+** Strategy sets: PERL (the ten strategies of the Perl family), S(x) one
+** strategy, ALL, COUNTS_ATTEMPTS (those limited by attempts), as defined
+** in backoff_options.c.  A system's option of the same name as another
+** (multiplier, initial_delay) is a row of its own: its rule differs.
 */
 #define OPTIONS(X) \
   X(STRATEGY, "strategy", K(STRATEGY), 0, SH(ALWAYS), NONE, NONE, ALL, 0, \
@@ -205,7 +226,8 @@ BACKOFF_API int backoff_init_setup(backoff_t *b, const backoff_setup *s,
   X(DELAY, "delay", K(NUMBER), R(NONNEG), SH(ALWAYS), \
     CFG(p.constant.delay), NONE, S(CONSTANT), S(CONSTANT), NO_ALIAS) \
   X(INITIAL_DELAY, "initial_delay", K(NUMBER), R(NONNEG), SH(ALWAYS), \
-    CFG(p.linear.initial_delay), NONE, ALL & ~S(CONSTANT) & ~S(FIBONACCI), \
+    CFG(p.linear.initial_delay), NONE, \
+    PERL & ~S(CONSTANT) & ~S(FIBONACCI), \
     S(LINEAR) | S(EXPONENTIAL) | ID_STRATEGIES | S(DECORRELATED), NO_ALIAS) \
   /* fibonacci: initial_delay stands for both of its first delays */ \
   X(FIB_INITIAL_DELAY, "initial_delay", K(ALIAS), R(NONNEG), SH(NEVER), \
@@ -230,7 +252,7 @@ BACKOFF_API int backoff_init_setup(backoff_t *b, const backoff_setup *s,
   X(MULTIPLIER, "multiplier", K(NUMBER), R(GE1), SH(ALWAYS), \
     CFG(p.decorrelated.multiplier), NONE, S(DECORRELATED), 0, NO_ALIAS) \
   X(DELAY_ON_SUCCESS, "delay_on_success", K(NUMBER), R(NONNEG), SH(ALWAYS), \
-    CFG(p.linear.delay_on_success), NONE, ALL & ~ID_STRATEGIES, 0, \
+    CFG(p.linear.delay_on_success), NONE, PERL & ~ID_STRATEGIES, 0, \
     NO_ALIAS) \
   X(INC_ON_SUCCESS, "delay_increment_on_success", K(NUMBER), R(ANY), \
     SH(ALWAYS), CFG(p.lild.delay_increment_on_success), NONE, \
@@ -238,28 +260,93 @@ BACKOFF_API int backoff_init_setup(backoff_t *b, const backoff_setup *s,
   X(MUL_ON_SUCCESS, "delay_multiple_on_success", K(NUMBER), R(NONNEG), \
     SH(ALWAYS), CFG(p.limd.delay_multiple_on_success), NONE, \
     S(LIMD) | S(MIMD), S(LIMD) | S(MIMD), NO_ALIAS) \
+  /* Google's ExponentialBackOff (its checks) and cenkalti's (none) */ \
+  X(GOOGLE_INITIAL, "initial_interval", K(NUMBER), R(POSITIVE), SH(ALWAYS), \
+    CFG(p.google.initial_interval), NONE, S(GOOGLE), 0, NO_ALIAS) \
+  X(GOOGLE_FACTOR, "randomization_factor", K(NUMBER), R(UNIT_OPEN), \
+    SH(ALWAYS), CFG(p.google.randomization_factor), NONE, S(GOOGLE), 0, \
+    NO_ALIAS) \
+  X(GOOGLE_MULTIPLIER, "multiplier", K(NUMBER), R(GE1), SH(ALWAYS), \
+    CFG(p.google.multiplier), NONE, S(GOOGLE), 0, NO_ALIAS) \
+  X(GOOGLE_MAX, "max_interval", K(NUMBER), R(POSITIVE), SH(ALWAYS), \
+    CFG(p.google.max_interval), NONE, S(GOOGLE), 0, NO_ALIAS) \
+  X(GOOGLE_ELAPSED, "max_elapsed_time", K(NUMBER), R(POSITIVE), \
+    SH(ALWAYS), CFG(p.google.max_elapsed_time), NONE, S(GOOGLE), 0, \
+    NO_ALIAS) \
+  X(GO_INITIAL, "initial_interval", K(NUMBER), R(NONNEG), SH(ALWAYS), \
+    CFG(p.google.initial_interval), NONE, S(CENKALTI), 0, NO_ALIAS) \
+  X(GO_FACTOR, "randomization_factor", K(NUMBER), R(UNIT), SH(ALWAYS), \
+    CFG(p.google.randomization_factor), NONE, S(CENKALTI), 0, NO_ALIAS) \
+  X(GO_MULTIPLIER, "multiplier", K(NUMBER), R(NONNEG), SH(ALWAYS), \
+    CFG(p.google.multiplier), NONE, S(CENKALTI), 0, NO_ALIAS) \
+  X(GO_MAX, "max_interval", K(NUMBER), R(NONNEG), SH(ALWAYS), \
+    CFG(p.google.max_interval), NONE, S(CENKALTI), 0, NO_ALIAS) \
+  X(GO_ELAPSED, "max_elapsed_time", K(NUMBER), R(NONNEG), SH(ALWAYS), \
+    CFG(p.google.max_elapsed_time), NONE, S(CENKALTI), 0, NO_ALIAS) \
+  /* EventSauce and Polly v8 (backoff_type: their classes, their enum) */ \
+  X(BACKOFF_TYPE, "backoff_type", K(TYPE), 0, SH(ALWAYS), \
+    CFG(backoff_type), NONE, S(EVENTSAUCE) | S(POLLY), 0, NO_ALIAS) \
+  X(ES_INITIAL_DELAY, "initial_delay", K(NUMBER), R(NONNEG), SH(ALWAYS), \
+    CFG(p.eventsauce.initial_delay), NONE, S(EVENTSAUCE), 0, NO_ALIAS) \
+  X(MAX_TRIES, "max_tries", K(NUMBER), R(TRIES), SH(ALWAYS), \
+    CFG(p.eventsauce.max_tries), NONE, S(EVENTSAUCE), 0, NO_ALIAS) \
+  X(BASE, "base", K(NUMBER), R(NONNEG), SH(ALWAYS), \
+    CFG(p.eventsauce.base), NONE, S(EVENTSAUCE), 0, NO_ALIAS) \
+  X(RANGE, "range", K(NUMBER), R(UNIT), SH(ALWAYS), CFG(jitter_factor), \
+    NONE, S(EVENTSAUCE), 0, NO_ALIAS) \
+  X(JITTER_THRESHOLD, "jitter_threshold", K(NUMBER), R(NONNEG), \
+    SH(ALWAYS), CFG(p.eventsauce.jitter_threshold), NONE, S(EVENTSAUCE), \
+    0, NO_ALIAS) \
+  X(POLLY_DELAY, "delay", K(NUMBER), R(NONNEG), SH(ALWAYS), \
+    CFG(p.polly.delay), NONE, S(POLLY), 0, NO_ALIAS) \
+  X(USE_JITTER, "use_jitter", K(BOOL), 0, SH(ALWAYS), CFG(use_jitter), \
+    NONE, S(POLLY), 0, NO_ALIAS) \
+  X(MAX_RETRY_ATTEMPTS, "max_retry_attempts", K(NUMBER), R(RETRIES), \
+    SH(ALWAYS), CFG(p.polly.max_retry_attempts), NONE, S(POLLY), 0, \
+    NO_ALIAS) \
+  X(MEDIAN, "median_first_retry_delay", K(NUMBER), R(NONNEG), SH(ALWAYS), \
+    CFG(p.decorrelated_v2.median_first_retry_delay), NONE, \
+    S(DECORRELATED_V2), S(DECORRELATED_V2), NO_ALIAS) \
+  /* the AWS article: base and cap (its Go code's names) */ \
+  X(AWS_BASE, "base", K(NUMBER), R(NONNEG), SH(ALWAYS), CFG(p.aws.base), \
+    NONE, S(AWS), S(AWS), NO_ALIAS) \
+  X(CAP, "cap", K(NUMBER), R(NONNEG), SH(IF_SET), CFG(max_delay), \
+    CFG(has_max_delay), S(AWS), S(AWS), NO_ALIAS) \
+  /* options common to many */ \
   X(MIN_DELAY, "min_delay", K(NUMBER), R(NONNEG), SH(ALWAYS), \
-    CFG(min_delay), NONE, ALL, 0, NO_ALIAS) \
+    CFG(min_delay), NONE, PERL, 0, NO_ALIAS) \
   X(MAX_DELAY, "max_delay", K(NUMBER), R(NONNEG), SH(IF_SET), \
-    CFG(max_delay), CFG(has_max_delay), ALL, S(DECORRELATED), NO_ALIAS) \
+    CFG(max_delay), CFG(has_max_delay), \
+    PERL | S(EVENTSAUCE) | S(POLLY) | S(DECORRELATED_V2), S(DECORRELATED), \
+    NO_ALIAS) \
   X(MAX_ATTEMPTS, "max_attempts", K(COUNT), 0, SH(ALWAYS), \
-    CFG(max_attempts), NONE, ALL, 0, NO_ALIAS) \
+    CFG(max_attempts), NONE, COUNTS_ATTEMPTS, 0, NO_ALIAS) \
+  /* max_retries N is max_attempts N + 1 (config() shows that) */ \
+  X(MAX_RETRIES, "max_retries", K(COUNT), 0, SH(NEVER), AT(max_retries), \
+    NONE, COUNTS_ATTEMPTS, 0, NO_ALIAS) \
   X(MAX_DURATION, "max_actual_duration", K(NUMBER), R(NONNEG), SH(ALWAYS), \
-    CFG(max_actual_duration), NONE, ALL, 0, NO_ALIAS) \
+    CFG(max_actual_duration), NONE, \
+    PERL | S(EVENTSAUCE) | S(POLLY) | S(DECORRELATED_V2) | S(AWS), 0, \
+    NO_ALIAS) \
   X(CONSIDER, "consider_actual_delay", K(BOOL), 0, SH(ALWAYS), \
-    CFG(consider_actual_delay), NONE, ALL, 0, NO_ALIAS) \
+    CFG(consider_actual_delay), NONE, PERL, 0, NO_ALIAS) \
   X(JITTER, "jitter", K(JITTER), 0, SH(ALWAYS), CFG(jitter), NONE, \
-    NOT_DEC, 0, NO_ALIAS) \
+    (PERL & ~S(DECORRELATED)) | S(EVENTSAUCE) | S(AWS), 0, NO_ALIAS) \
   X(JITTER_FACTOR, "jitter_factor", K(NUMBER), R(UNIT), SH(ALWAYS), \
-    CFG(jitter_factor), NONE, NOT_DEC, 0, NO_ALIAS) \
+    CFG(jitter_factor), NONE, PERL & ~S(DECORRELATED), 0, NO_ALIAS) \
+  X(CAP_THEN_JITTER, "cap_then_jitter", K(BOOL), 0, SH(IF_TRUE), \
+    CFG(cap_then_jitter), NONE, PERL, 0, NO_ALIAS) \
+  X(FAST_FIRST, "fast_first", K(BOOL), 0, SH(IF_TRUE), CFG(fast_first), \
+    NONE, S(CONSTANT) | S(LINEAR) | S(EXPONENTIAL) | S(FIBONACCI) | \
+    S(DECORRELATED) | S(DECORRELATED_V2), 0, NO_ALIAS) \
   /* given, it turns per-attempt timeouts on (see finish_timeouts) */ \
   X(ADJUST_TIMEOUT_FACTOR, "adjust_timeout_factor", K(NUMBER), R(UNIT), \
-    SH(IF_TIMEOUTS), CFG(adjust_timeout_factor), CFG(timeouts), ALL, 0, \
+    SH(IF_TIMEOUTS), CFG(adjust_timeout_factor), CFG(timeouts), PERL, 0, \
     NO_ALIAS) \
   X(MIN_ADJUST_TIMEOUT, "min_adjust_timeout", K(NUMBER), R(NONNEG), \
-    SH(IF_TIMEOUTS), CFG(min_adjust_timeout), NONE, ALL, 0, NO_ALIAS) \
+    SH(IF_TIMEOUTS), CFG(min_adjust_timeout), NONE, PERL, 0, NO_ALIAS) \
   X(TIMEOUT_JITTER_FACTOR, "timeout_jitter_factor", K(NUMBER), R(UNIT), \
-    SH(IF_TIMEOUTS), CFG(timeout_jitter_factor), NONE, ALL, 0, NO_ALIAS) \
+    SH(IF_TIMEOUTS), CFG(timeout_jitter_factor), NONE, PERL, 0, NO_ALIAS) \
   X(MAX_HINT, "max_hint", K(NUMBER), R(NONNEG), SH(IF_SET), CFG(max_hint), \
     CFG(has_max_hint), ALL, 0, NO_ALIAS) \
   X(SEED, "seed", K(SEED), 0, SH(IF_GIVEN), AT(seed), NONE, ALL, 0, \
@@ -267,6 +354,8 @@ BACKOFF_API int backoff_init_setup(backoff_t *b, const backoff_setup *s,
   X(START, "start", K(START), R(ANY), SH(IF_GIVEN), AT(start), NONE, ALL, \
     0, NO_ALIAS) \
   X(CLOCK, "clock", K(FUNCTION), 0, SH(IF_GIVEN), NONE, NONE, ALL, 0, \
+    NO_ALIAS) \
+  X(RANDOM, "random", K(RANDOM), 0, SH(IF_GIVEN), NONE, NONE, ALL, 0, \
     NO_ALIAS)
 
 #define AS_ENUM(id, ...) O_##id,

@@ -41,22 +41,75 @@ static int finish_required(const backoff_setup *s, backoff_problem *p) {
   return BACKOFF_OK;
 }
 
-/* jitter: "proportional" when a factor is given, else "none"; a
-   factor with another kind is a mistake worth reporting */
+/* a factor with a jitter kind that takes none: worth reporting */
+static int factor_without_use(backoff_setup *s, int factor,
+                              backoff_problem *p) {
+  if (given(s, factor) && s->config.jitter_factor != 0) {
+    problem(p, BACKOFF_P_RULE, factor, -1);
+    p->jitter = s->config.jitter;
+    return BACKOFF_EINVAL;
+  }
+  s->config.jitter_factor = 0;
+  return BACKOFF_OK;
+}
+
+/* jitter: "proportional" when a factor is given, else "none" (the Perl
+   family); EventSauce's scattered needs its range; the AWS formulas
+   default to full (backoff_config_init) */
 static int finish_jitter(backoff_setup *s, backoff_problem *p) {
   backoff_config *c = &s->config;
-  if (c->strategy == BACKOFF_DECORRELATED) return BACKOFF_OK;
+  if (c->strategy == BACKOFF_EVENTSAUCE) {
+    if (c->jitter == BACKOFF_JITTER_SCATTERED)
+      return given(s, O_RANGE) ? BACKOFF_OK
+               : problem(p, BACKOFF_P_NEEDS, O_JITTER, O_RANGE);
+    return factor_without_use(s, O_RANGE, p);
+  }
+  if (c->strategy == BACKOFF_DECORRELATED ||
+      c->strategy >= BACKOFF_FIRST_SYSTEM)
+    return BACKOFF_OK;
   if (!given(s, O_JITTER)) {
     c->jitter = c->jitter_factor > 0 ? BACKOFF_JITTER_PROPORTIONAL
                                      : BACKOFF_JITTER_NONE;
   } else if (c->jitter != BACKOFF_JITTER_PROPORTIONAL) {
-    if (given(s, O_JITTER_FACTOR) && c->jitter_factor != 0) {
-      problem(p, BACKOFF_P_RULE, O_JITTER_FACTOR, -1);
-      p->jitter = c->jitter;
-      return BACKOFF_EINVAL;
-    }
-    c->jitter_factor = 0;
+    return factor_without_use(s, O_JITTER_FACTOR, p);
   }
+  return BACKOFF_OK;
+}
+
+/* attempts in each system's terms, as max_attempts: max_retries N (and
+   EventSauce's max_tries N, Polly's max_retry_attempts N) allow N delays
+   and give up at failure N + 1; -1 (EventSauce) and int.MaxValue
+   (Polly) are unlimited */
+static int finish_attempts(backoff_setup *s, backoff_problem *p) {
+  backoff_config *c = &s->config;
+  double n;
+  if (given(s, O_MAX_RETRIES)) {
+    if (given(s, O_MAX_ATTEMPTS))
+      return problem(p, BACKOFF_P_CONFLICT, O_MAX_RETRIES, O_MAX_ATTEMPTS);
+    c->max_attempts = s->max_retries == UINT64_MAX ? UINT64_MAX
+                                                   : s->max_retries + 1;
+  }
+  if (c->strategy == BACKOFF_EVENTSAUCE) {
+    if (c->backoff_type == BACKOFF_TYPE_IMMEDIATELY_FAILING) {
+      c->max_attempts = 1;
+      return BACKOFF_OK;
+    }
+    if (c->backoff_type != BACKOFF_TYPE_NO_WAITING) {
+      if (!given(s, O_ES_INITIAL_DELAY))
+        return problem(p, BACKOFF_P_MISSING, O_ES_INITIAL_DELAY, -1);
+      if (!given(s, O_MAX_TRIES))
+        return problem(p, BACKOFF_P_MISSING, O_MAX_TRIES, -1);
+    }
+    n = c->p.eventsauce.max_tries;
+    c->max_attempts = n < 0 ? 0 : (uint64_t)n + 1;
+  }
+  if (c->strategy == BACKOFF_POLLY) {
+    n = c->p.polly.max_retry_attempts;
+    c->max_attempts = n >= 2147483647 ? 0 : (uint64_t)n + 1;
+  }
+  if (c->strategy == BACKOFF_GOOGLE &&
+      c->p.google.max_interval < c->p.google.initial_interval)
+    return problem(p, BACKOFF_P_BELOW, O_GOOGLE_MAX, O_GOOGLE_INITIAL);
   return BACKOFF_OK;
 }
 
@@ -80,6 +133,7 @@ BACKOFF_API int backoff_setup_finish(backoff_setup *s, backoff_problem *p) {
   if (finish_aliases(&t, p) != BACKOFF_OK ||
       finish_required(&t, p) != BACKOFF_OK ||
       finish_jitter(&t, p) != BACKOFF_OK ||
+      finish_attempts(&t, p) != BACKOFF_OK ||
       finish_timeouts(&t, p) != BACKOFF_OK)
     return BACKOFF_EINVAL;
   /* linear: the increment defaults to the initial delay */
@@ -104,18 +158,34 @@ static const char *rule_text(const backoff_option *o, int s) {
     case BACKOFF_K_COUNT: return "an integer >= 0";
     case BACKOFF_K_BOOL: return "a boolean";
     case BACKOFF_K_JITTER:
-      return s == BACKOFF_DECORRELATED
-               ? "'none' (decorrelated is random)"
-               : "'none', 'proportional', 'full' or 'equal'";
+      switch (s) {
+        case BACKOFF_DECORRELATED: return "'none' (decorrelated is random)";
+        case BACKOFF_EVENTSAUCE:
+          return "'none', 'full', 'half' or 'scattered'";
+        case BACKOFF_AWS: return "'full', 'equal' or 'decorrelated'";
+        default: return "'none', 'proportional', 'full' or 'equal'";
+      }
+    case BACKOFF_K_TYPE:
+      return s == BACKOFF_POLLY
+               ? "'constant', 'linear' or 'exponential'"
+               : "'exponential', 'fibonacci', 'linear', 'no_waiting' or "
+                 "'immediately_failing'";
     case BACKOFF_K_STRATEGY: return "a known strategy";
     case BACKOFF_K_SEED: return "an integer";
     case BACKOFF_K_FUNCTION: return "a function";
+    case BACKOFF_K_RANDOM:
+      return "a function returning numbers in [0, 1]";
     default: break;
   }
   switch (o->range) {
     case BACKOFF_R_ANY: return "a finite number";
     case BACKOFF_R_UNIT: return "a number in [0, 1]";
     case BACKOFF_R_GE1: return "a finite number >= 1";
+    case BACKOFF_R_POSITIVE: return "a finite number > 0";
+    case BACKOFF_R_UNIT_OPEN: return "a number in [0, 1)";
+    case BACKOFF_R_TRIES: return "an integer >= -1 (-1: no limit)";
+    case BACKOFF_R_RETRIES:
+      return "an integer from 1 to 2147483647 (2147483647: no limit)";
     default: return "a finite number >= 0";
   }
 }
@@ -138,6 +208,9 @@ BACKOFF_API int backoff_problem_message(const backoff_problem *p, int s,
       return snprintf(buf, n, "option '%s' needs option '%s'%s", name, other,
                       p->other == O_ADJUST_TIMEOUT_FACTOR
                         ? " (per-attempt timeouts are off)" : "");
+    case BACKOFF_P_BELOW:
+      return snprintf(buf, n, "option '%s' must be >= option '%s'", name,
+                      other);
     default:
       break;
   }

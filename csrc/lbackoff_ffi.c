@@ -130,7 +130,9 @@ LBACKOFF_EXPORT int lbackoff_ffi_step(void *ud, const void *owner, int op,
                                       double ts, double *out) {
   lbackoff_object *o = (lbackoff_object *)ud;
   backoff_result r;
-  if (find((const lbackoff_state *)owner, ud) == NULL) return LB_FFI_SLOW;
+  if (find((const lbackoff_state *)owner, ud) == NULL ||
+      (o->flags & LB_HAS_RANDOM))     /* draws from a Lua function */
+    return LB_FFI_SLOW;
   if (op & LB_FFI_NOW) {
     if (o->flags & LB_HAS_CLOCK) return LB_FFI_SLOW;
     ts = lbackoff_monotonic();

@@ -6,6 +6,7 @@
 */
 
 #include <float.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "lbackoff_ffi.h"
@@ -112,12 +113,31 @@ LBACKOFF_COLD void hinted_failure(lua_State *L, lbackoff_object *o,
    and the type is handed on rather than asked for again; a failure with
    a second argument asks lua_gettop, the one call that the hint adds
    (no call that is made anyway says whether a third argument exists) */
+/* the object's draws come from its random option: the arguments
+   checked as usual, then the step with the function lent */
+LBACKOFF_COLD void drawn_operate(lua_State *L, lbackoff_object *o, int op,
+                                 const char *method, backoff_result *r) {
+  lbackoff_lender ln;
+  char where[80];
+  double hint = 0, ts;
+  if (op == LB_OP_FAILURE && lua_gettop(L) > 2) hint = hint_arg(L, 3, method);
+  ts = time_arg(L, 2, o, method);
+  snprintf(where, sizeof where, "backoff.%s:%s", strategy_name(o), method);
+  lbackoff_getuv(L, 1);
+  lbackoff_lend(L, &o->core, lua_gettop(L), &ln);
+  lbackoff_step(o, op, ts, hint, r);
+  lbackoff_unlend(L, &o->core, &ln, where);
+  lua_pop(L, 1);
+}
+
 LBACKOFF_HOT void operate_into(lua_State *L, int op, const char *method,
                                backoff_result *r) {
   lbackoff_state *st = (lbackoff_state *)lua_touserdata(L, UV_STATE);
   lbackoff_object *o = lbackoff_self(L, 1, st, method);
   int t = lua_type(L, 2);
-  if (op == LB_OP_FAILURE && t != LUA_TNONE && lua_gettop(L) > 2)
+  if (o->flags & LB_HAS_RANDOM)
+    drawn_operate(L, o, op, method, r);
+  else if (op == LB_OP_FAILURE && t != LUA_TNONE && lua_gettop(L) > 2)
     hinted_failure(L, o, method, r);
   else
     lbackoff_step(o, op, time_arg_typed(L, 2, t, o, method), 0, r);
@@ -176,6 +196,16 @@ static int m_timeout(lua_State *L) {
   return 1;
 }
 
+/* b:current_interval(): google and cenkalti's interval; nil for others */
+static int m_current_interval(lua_State *L) {
+  double t;
+  if (backoff_current_interval(&self(L, "current_interval")->core, &t))
+    lua_pushnumber(L, (lua_Number)t);
+  else
+    lua_pushnil(L);
+  return 1;
+}
+
 static int m_delay(lua_State *L) {
   lua_pushnumber(L, (lua_Number)backoff_delay(&self(L, "delay")->core));
   return 1;
@@ -194,9 +224,29 @@ static int m_elapsed(lua_State *L) {
   return 1;
 }
 
+/* lbackoff_restart of o (into core, which may be another object's),
+   with o's random function lent when it has one (the initial timeout's
+   draw); o is at index 1 */
+static void restart_into(lua_State *L, lbackoff_object *o,
+                         lbackoff_object *into, double start,
+                         const char *method) {
+  lbackoff_lender ln;
+  char where[80];
+  if (!(o->flags & LB_HAS_RANDOM)) {
+    lbackoff_restart(into, start);
+    return;
+  }
+  snprintf(where, sizeof where, "backoff.%s:%s", strategy_name(o), method);
+  lbackoff_getuv(L, 1);
+  lbackoff_lend(L, &into->core, lua_gettop(L), &ln);
+  lbackoff_restart(into, start);
+  lbackoff_unlend(L, &into->core, &ln, where);
+  lua_pop(L, 1);
+}
+
 static int m_reset(lua_State *L) {
   lbackoff_object *o = self(L, "reset");
-  lbackoff_restart(o, time_arg(L, 2, o, "reset"));
+  restart_into(L, o, o, time_arg(L, 2, o, "reset"), "reset");
   lua_settop(L, 1);
   return 1;
 }
@@ -220,7 +270,7 @@ static int m_clone(lua_State *L) {
   memcpy(&c->core, &o->core, sizeof c->core);
   c->flags |= o->flags & (unsigned char)~LB_KNOWN;   /* c's own KNOWN */
   c->tag = o->tag;
-  lbackoff_restart(c, start);
+  restart_into(L, o, c, start, "clone");
   if (c->flags & LB_SIDE) {         /* the side table is never changed: */
     lbackoff_getuv(L, 1);           /* share it */
     lbackoff_setuv(L, -2);
@@ -235,7 +285,7 @@ static int f_first_timeout(lua_State *L) {
   double t;
   if (!backoff_config_timeouts_active(&o->core.cfg)) return 0;
   tmp = *o;
-  lbackoff_restart(&tmp, backoff_start(&o->core));
+  restart_into(L, o, &tmp, backoff_start(&o->core), "_first_timeout");
   backoff_timeout(&tmp.core, &t);
   lua_pushnumber(L, (lua_Number)t);
   return 1;
@@ -289,6 +339,7 @@ const luaL_Reg lbackoff_methods[] = {
   {"reset", m_reset},
   {"clone", m_clone},
   {"config", lbackoff_config},
+  {"current_interval", m_current_interval},
   {NULL, NULL}
 };
 

@@ -51,3 +51,57 @@ void lbackoff_restart(lbackoff_object *o, double start) {
     backoff_restart(&o->core, start,
                     lbackoff_new_seed(&o->owner->env, &o->tag));
 }
+
+/* ----------------------------------------------------------------- */
+/* draws from a Lua function                                         */
+/* ----------------------------------------------------------------- */
+
+#define LEND_RAISED 1       /* the function raised: its error on top */
+#define LEND_BAD 2          /* it returned no number in [0, 1]: on top */
+
+/* backoff_draws.next: one call of the function; after a failure,
+   placeholder draws (0) until the call into the core returns */
+static double lent_draw(void *ctx) {
+  lbackoff_lender *ln = (lbackoff_lender *)ctx;
+  lua_State *L = ln->L;
+  double u;
+  if (ln->status != 0) return 0;
+  lua_pushvalue(L, ln->fn);
+  if (lua_pcall(L, 0, 1, 0) != 0) {
+    ln->status = LEND_RAISED;
+    return 0;
+  }
+  u = lua_tonumber(L, -1);
+  if (lua_type(L, -1) != LUA_TNUMBER || !(u >= 0 && u <= 1)) {
+    ln->status = LEND_BAD;
+    return 0;
+  }
+  lua_pop(L, 1);
+  return u;
+}
+
+void lbackoff_lend(lua_State *L, backoff_t *core, int side,
+                   lbackoff_lender *ln) {
+  lua_rawgeti(L, side, LB_SLOT_RANDOM);
+  ln->draws.next = lent_draw;
+  ln->draws.ctx = ln;
+  ln->L = L;
+  ln->fn = lua_gettop(L);
+  ln->status = 0;
+  ln->saved = *core;
+  core->draws = &ln->draws;
+}
+
+void lbackoff_unlend(lua_State *L, backoff_t *core, lbackoff_lender *ln,
+                     const char *where) {
+  core->draws = NULL;
+  if (ln->status == 0) {
+    lua_remove(L, ln->fn);
+    return;
+  }
+  *core = ln->saved;
+  core->draws = NULL;
+  if (ln->status == LEND_RAISED) lua_error(L);
+  luaL_error(L, "%s: option 'random' must return a number in [0, 1] "
+             "(got %s)", where, lbackoff_repr(L, -1));
+}

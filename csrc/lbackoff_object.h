@@ -44,11 +44,13 @@ typedef struct lbackoff_state {
 #define LB_HAS_START 8
 #define LB_DRAWS 16       /* draws random numbers (backoff_config_draws) */
 #define LB_KNOWN 32       /* in its owner's objects (the FFI step's set) */
+#define LB_HAS_RANDOM 64  /* draws come from a Lua function (random) */
 
 /* the slots of an object's side table, by the kind of option they hold
    (integer keys: the binding names no option) */
 #define LB_SLOT_START 1
 #define LB_SLOT_CLOCK 2
+#define LB_SLOT_RANDOM 3
 
 /*
 ** The userdata of one backoff object.  owner is the state of the module
@@ -106,6 +108,31 @@ static inline void lbackoff_forkcheck(lbackoff_object *o) {
   if ((o->flags & (LB_SEEDED | LB_DRAWS)) != LB_DRAWS) return;
   if (o->tag != lbackoff_tag(&o->owner->env)) lbackoff_fresh_stream(o);
 }
+
+/*
+** The user's random function lent to an object as its source of draws
+** (backoff_t.draws) for one call into the core.  The core cannot fail,
+** so a draw that raises or is not a number in [0, 1] is noted, the call
+** finishes on a placeholder draw, and lbackoff_unlend puts back the
+** object as it was before the call and raises: validate, then commit.
+*/
+typedef struct lbackoff_lender {
+  backoff_draws draws;
+  lua_State *L;
+  int fn;                   /* stack index of the function */
+  int status;               /* 0, or what went wrong (on top of stack) */
+  backoff_t saved;          /* the object before the call */
+} lbackoff_lender;
+
+/* push the random function from the side table at side (an absolute
+   index) and lend it to core (*core kept in ln->saved) */
+void lbackoff_lend(lua_State *L, backoff_t *core, int side,
+                   lbackoff_lender *ln);
+/* take the draws back; after a failed draw, core as it was, and raise
+   "<where>: option 'random' must return ..." (or the function's own
+   error).  Pops the function. */
+void lbackoff_unlend(lua_State *L, backoff_t *core, lbackoff_lender *ln,
+                     const char *where);
 
 /* what lbackoff_step does (also the low bit of lbackoff_ffi_step's op) */
 #define LB_OP_FAILURE 0

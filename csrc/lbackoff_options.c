@@ -11,6 +11,7 @@
 */
 
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "lbackoff_options.h"
@@ -21,7 +22,11 @@
 
 /* the slot of the side table that holds an option of this kind */
 #define LB_SLOT(kind) \
-  ((kind) == BACKOFF_K_START ? LB_SLOT_START : LB_SLOT_CLOCK)
+  ((kind) == BACKOFF_K_START ? LB_SLOT_START \
+   : (kind) == BACKOFF_K_RANDOM ? LB_SLOT_RANDOM : LB_SLOT_CLOCK)
+#define HELD_BY_BINDING(kind) \
+  ((kind) == BACKOFF_K_START || (kind) == BACKOFF_K_FUNCTION || \
+   (kind) == BACKOFF_K_RANDOM)
 
 /* push a table: each option name strategy s takes -> its row, as a
    light userdata pointing into backoff_options (one lua_touserdata per
@@ -45,7 +50,8 @@ const char *lbackoff_kind_name(int kind) {
 
 /* what the options gave that the binding itself holds or acts on */
 typedef struct held {
-  unsigned char flags;    /* LB_SEEDED, LB_HAS_START, LB_HAS_CLOCK */
+  unsigned char flags;    /* LB_SEEDED, LB_HAS_START, LB_HAS_CLOCK,
+                             LB_HAS_RANDOM */
   int clock;              /* the row of the clock, when given */
 } held;
 
@@ -119,7 +125,8 @@ static void read_option(lua_State *L, int s, int names, backoff_setup *su,
     h->flags |= LB_HAS_CLOCK;
     h->clock = row;
   }
-  if (kind == BACKOFF_K_START || kind == BACKOFF_K_FUNCTION) {
+  if (kind == BACKOFF_K_RANDOM) h->flags |= LB_HAS_RANDOM;
+  if (HELD_BY_BINDING(kind)) {
     if (lua_isnil(L, side)) {
       lua_createtable(L, 0, 2);
       lua_replace(L, side);
@@ -161,9 +168,11 @@ static void read_options(lua_State *L, int s, int idx, int names,
     }
   }
   if (backoff_setup_finish(su, &p) != BACKOFF_OK) {
-    if (p.option >= 0) {          /* the value to quote */
+    if (p.option >= 0 && lua_istable(L, idx)) {   /* the value to quote */
       lua_pushstring(L, backoff_options[p.option].name);
       lua_rawget(L, idx);
+    } else {
+      lua_pushnil(L);             /* no options table: nothing given */
     }
     raise_problem(L, s, &p, -1);
   }
@@ -171,6 +180,7 @@ static void read_options(lua_State *L, int s, int idx, int names,
 
 /* backoff.<s>(opts at idx), names as in read_option */
 static int construct(lua_State *L, int s, int idx, int names) {
+  char where[64];
   backoff_setup su;
   held h;
   lbackoff_object *o;
@@ -186,7 +196,17 @@ static int construct(lua_State *L, int s, int idx, int names) {
     su.seed = lbackoff_new_seed(&o->owner->env, &o->tag);
   else
     o->tag = lbackoff_tag(&o->owner->env);
-  backoff_init_setup(&o->core, &su, start, NULL); /* finish checked it */
+  if (h.flags & LB_HAS_RANDOM) {    /* the initial timeout's draw */
+    lbackoff_lender ln;
+    memset(&o->core, 0, sizeof o->core);
+    lbackoff_lend(L, &o->core, side, &ln);
+    su.draws = &ln.draws;
+    backoff_init_setup(&o->core, &su, start, NULL);
+    snprintf(where, sizeof where, "backoff.%s", backoff_strategy_name(s));
+    lbackoff_unlend(L, &o->core, &ln, where);
+  } else {
+    backoff_init_setup(&o->core, &su, start, NULL); /* finish checked it */
+  }
   o->flags |= (unsigned char)
     (h.flags | (backoff_config_draws(&su.config) ? LB_DRAWS : 0));
   if (!lua_isnil(L, side)) {
@@ -217,7 +237,14 @@ static int push_option(lua_State *L, const lbackoff_object *o, int i) {
   switch (backoff_options[i].kind) {
     case BACKOFF_K_NUMBER:
       memcpy(&d, at, sizeof d);
-      lua_pushnumber(L, (lua_Number)d);
+      if (backoff_options[i].range == BACKOFF_R_TRIES ||
+          backoff_options[i].range == BACKOFF_R_RETRIES)
+        lua_pushinteger(L, (lua_Integer)d);    /* counts, integral */
+      else
+        lua_pushnumber(L, (lua_Number)d);
+      return 1;
+    case BACKOFF_K_TYPE:
+      lua_pushstring(L, backoff_type_name(*(const unsigned char *)at));
       return 1;
     case BACKOFF_K_COUNT:
       lbackoff_push_count(L, *(const uint64_t *)at);
@@ -234,7 +261,7 @@ static int push_option(lua_State *L, const lbackoff_object *o, int i) {
     case BACKOFF_K_SEED:
       push_seed(L, o->core.seed);
       return 1;
-    case BACKOFF_K_START: case BACKOFF_K_FUNCTION:
+    case BACKOFF_K_START: case BACKOFF_K_FUNCTION: case BACKOFF_K_RANDOM:
       if (!(o->flags & LB_SIDE)) return 0;
       lbackoff_getuv(L, 1);
       lua_rawgeti(L, -1, LB_SLOT(backoff_options[i].kind));

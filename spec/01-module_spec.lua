@@ -1,6 +1,8 @@
 -- The module table: what require "backoff" gives, and nothing more.
 local ALL = { "constant", "linear", "exponential", "fibonacci", "lild",
-  "limd", "mild", "mimd", "decorrelated", "retry_timeouts" }
+  "limd", "mild", "mimd", "decorrelated", "retry_timeouts",
+  -- the systems users port from
+  "google", "cenkalti", "eventsauce", "polly", "decorrelated_v2", "aws" }
 
 describe("require 'backoff'", function()
   it("returns a table and sets no global", function()

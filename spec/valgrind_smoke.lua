@@ -23,6 +23,16 @@ local opts = {
            delay_multiple_on_success = 0.5, consider_actual_delay = true },
   decorrelated = { initial_delay = 1, max_delay = 10, seed = 3 },
   retry_timeouts = { start = 0, clock = function() return 1 end },
+  -- the systems; injected draws on two of them
+  google = { start = 0 },
+  cenkalti = { start = 0, random = function() return 0.5 end },
+  eventsauce = { initial_delay = 0.1, max_tries = 30, jitter = "scattered",
+                 range = 0.5 },
+  polly = { backoff_type = "exponential", use_jitter = true,
+            max_retry_attempts = 40 },
+  decorrelated_v2 = { median_first_retry_delay = 1, fast_first = true,
+                      random = function() return 1 end },
+  aws = { base = 0.01, cap = 1, jitter = "decorrelated" },
 }
 
 for _, name in ipairs(backoff.strategies) do
@@ -56,6 +66,14 @@ local bad = {
   function() backoff.constant { delay = 1 }.failure({}) end,
   function() backoff.sleep(-1) end,
   function() backoff.retry(42, print) end,
+  function() backoff.eventsauce { initial_delay = 1 } end,
+  function() backoff.google { initial_interval = 2, max_interval = 1 } end,
+  -- a draw that raises, or is no number in [0, 1]
+  function() backoff.exponential { initial_delay = 1, jitter = "full",
+    random = function() error("no draw") end }:failure(0) end,
+  function() backoff.retry_timeouts { random = function() return 2 end } end,
+  function() backoff.aws { base = 1, cap = 2,
+    random = function() return "x" end }:failure(0) end,
 }
 for i, f in ipairs(bad) do
   local ok, err = pcall(f)

@@ -66,6 +66,18 @@ static void check_delay(double d) {
   check(finite(d) && d >= 0 && !(d == 0 && signbit(d)));
 }
 
+/* does max_delay bound every delay?  Not for the references' order
+   (proportional jitter after the cap), nor for Google and cenkalti,
+   which have max_interval instead */
+static int within_max(const backoff_config *c) {
+  switch (c->strategy) {
+    case BACKOFF_GOOGLE: case BACKOFF_CENKALTI: return 0;
+    case BACKOFF_EVENTSAUCE: return c->jitter != BACKOFF_JITTER_SCATTERED;
+    default:
+      return !(c->cap_then_jitter && c->jitter == BACKOFF_JITTER_PROPORTIONAL);
+  }
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
@@ -86,9 +98,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   c.timeouts = (unsigned char)((i >> 1) & 1);
   c.has_max_delay = (unsigned char)((i >> 2) & 1);
   c.has_max_hint = (unsigned char)((i >> 3) & 1);
+  c.cap_then_jitter = (unsigned char)((i >> 4) & 1);
+  c.fast_first = (unsigned char)((i >> 5) & 1);
+  c.use_jitter = (unsigned char)((i >> 6) & 1);
+  c.backoff_type = (unsigned char)(byte(&in) % BACKOFF_NTYPES);
   {
-    double v[3];    /* every member of backoff_params is three doubles */
-    for (i = 0; i < 3; i++) v[i] = pick(&in);
+    double v[5];    /* the largest member of backoff_params: five doubles */
+    for (i = 0; i < 5; i++) v[i] = pick(&in);
     memcpy(&c.p, v, sizeof v);
   }
   c.min_delay = pick(&in);
@@ -112,6 +128,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     return 0;
   }
   check(finite(start));
+  c = b.cfg;        /* as the object took it: what the strategy takes */
   ts = start;
   while (in.n > 0) {
     uint8_t op = byte(&in);
@@ -157,7 +174,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       else if (r.give_up == BACKOFF_RETRY_AFTER)
         check(op % 4 == 1 && c.has_max_hint && hint > c.max_hint);
       else
-        check(r.give_up == BACKOFF_MAX_DURATION && c.max_actual_duration > 0);
+        check(r.give_up == BACKOFF_MAX_DURATION &&
+              (c.max_actual_duration > 0 || c.strategy == BACKOFF_GOOGLE ||
+               (c.strategy == BACKOFF_CENKALTI &&
+                c.p.google.max_elapsed_time > 0)));
       check(backoff_delay(&b) == backoff_delay(&before));
       continue;
     }
@@ -170,7 +190,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       check(r.delay >= hint && r.delay >= r.own);   /* max(hint, own) */
     } else {
       check(r.delay >= c.min_delay);
-      if (c.has_max_delay && c.max_delay >= c.min_delay)
+      if (c.has_max_delay && c.max_delay >= c.min_delay && within_max(&c))
         check(r.delay <= c.max_delay);
     }
   }
