@@ -116,24 +116,34 @@ BACKOFF_API int backoff_config_timeouts_active(const backoff_config *c) {
 /* ----------------------------------------------------------------- */
 
 /*
-** Proportional jitter within max_delay (DIFF 8).  The reference jitters
+** Jitter within [min_delay, max_delay] (DIFF 8).  The reference jitters
 ** the raw delay and clamps the result, so once d * (1-f) > max_delay
 ** every client waits exactly max_delay: lock-step, where clients have
-** been failing longest.  Here the band is [(1-f) * min(d, max),
-** min((1+f) * d, max)]: below max / (1+f) it is the reference's band,
-** bit for bit; above it the delays stay spread, over [(1-f) * max, max]
-** once d >= max.  With cap_then_jitter, the references' order (Google,
-** cenkalti, EventSauce's ScatteredJitter): (1±f) * min(d, max), which
-** may exceed max_delay.
+** been failing longest (and a band below min_delay piles up on it).
+** Here each kind draws over its band, [lo, hi], with hi never above
+** max_delay and lo raised to min_delay when the band crosses it:
+**   proportional  [(1-f) * min(d, max), min((1+f) * d, max)]: below
+**                 max / (1+f), the reference's band, bit for bit; once
+**                 d >= max, [(1-f) * max, max];
+**   full          [0, min(d, max)];  equal  [min(d, max) / 2, min(d, max)].
+** With cap_then_jitter, proportional is the references' order, (1±f) *
+** min(d, max), which may exceed max_delay.
 */
+static double within(backoff_t *b, double lo, double hi) {
+  double floor_ = b->cfg.min_delay;
+  if (floor_ > lo && floor_ <= hi) lo = floor_;
+  return between(b, lo, hi);
+}
+
 static double proportional(backoff_t *b, double d) {
   const backoff_config *c = &b->cfg;
   double f = c->jitter_factor, capped = d, hi;
   if (c->has_max_delay && d > c->max_delay) capped = c->max_delay;
-  if (c->cap_then_jitter) return scatter(b, capped, f);
+  if (c->cap_then_jitter) return within(b, fin(capped * (1 - f)),
+                                        fin(capped * (1 + f)));
   hi = fin(d * (1 + f));
   if (c->has_max_delay && hi > c->max_delay) hi = c->max_delay;
-  return between(b, fin(capped * (1 - f)), hi);
+  return within(b, fin(capped * (1 - f)), hi);
 }
 
 PIPELINE double add_jitter(backoff_t *b, double d) {
@@ -146,9 +156,13 @@ PIPELINE double add_jitter(backoff_t *b, double d) {
     case BACKOFF_JITTER_FULL:
       /* DIFF 7: draw from the capped delay (AWS's formulas) */
       cap = (c->has_max_delay && d > c->max_delay) ? c->max_delay : d;
+      if (c->min_delay > 0 && c->min_delay <= cap)
+        return within(b, 0, cap);
       return cap * draw(b);
     case BACKOFF_JITTER_EQUAL:
       cap = (c->has_max_delay && d > c->max_delay) ? c->max_delay : d;
+      if (c->min_delay > cap / 2 && c->min_delay <= cap)
+        return within(b, cap / 2, cap);
       cap = cap / 2;
       return cap + cap * draw(b);
     default:

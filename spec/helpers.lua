@@ -19,6 +19,16 @@ helpers.REQUIRED = {
   retry_timeouts = {},
 }
 
+-- the systems users port from, with their required options
+helpers.SYSTEMS = {
+  google = {},
+  cenkalti = {},
+  eventsauce = { initial_delay = 0.1, max_tries = 5 },
+  polly = {},
+  decorrelated_v2 = { median_first_retry_delay = 1 },
+  aws = { base = 0.01, cap = 1 },
+}
+
 -- a relative tolerance of 1e-9 (absolute near zero)
 function helpers.close(expected, actual, tol)
   tol = tol or 1e-9
