@@ -17,6 +17,39 @@ local function lines(s)
 end
 
 describe("backoff-delays", function()
+  it("prints a system's sequence for given draws (Google's javadoc)",
+    function()
+      local status, out = run { "-a", "google", "--random", "0.5",
+        "0", "0", "0", "0", "0", "0" }
+      assert.equal(0, status)
+      assert.equal("0.5\n0.75\n1.125\n1.687\n2.53\n3.795\n", out)
+    end)
+
+  it("uses the --random list in order, then again", function()
+    local status, out = run { "-a", "exponential", "--initial-delay", "1",
+      "--jitter", "full", "--random", "0,0.5", "0", "0", "0" }
+    assert.equal(0, status)
+    assert.equal("0\n1\n0\n", out)
+  end)
+
+  it("takes flags and names: --use-jitter, --backoff-type", function()
+    local status, out = run { "-a", "polly", "--backoff-type", "linear",
+      "--delay", "1", "--use-jitter", "--random", "0.5", "0", "0", "0",
+      "0" }
+    assert.equal(0, status)
+    assert.equal("1\n2\n3\ngive up (max_attempts)\n", out)
+  end)
+
+  it("explains a bad --random list or draw and exits 2", function()
+    local status, out = run { "-a", "google", "--random", "a,b", "0" }
+    assert.equal(2, status)
+    assert.matches("--random: not a number: 'a'", out, 1, true)
+    status, out = run { "-a", "google", "--random", "2", "0" }
+    assert.equal(2, status)
+    assert.matches("option 'random' must return a number in [0, 1]", out,
+      1, true)
+  end)
+
   it("prints 2 6 10 2 1 1 5 9 13 for the LIMD example", function()
     local status, out = run { "-a", "LIMD", "--initial-delay", "2",
       "--min-delay", "1", "--delay-increment-on-failure", "4",

@@ -11,22 +11,47 @@ Prints one line per outcome: the delay (and the timeout when per-attempt
 timeouts are on), or "give up (REASON)".
 
   -a, --strategy NAME   constant, linear, exponential, fibonacci, lild,
-                        limd, mild, mimd, decorrelated, retry_timeouts
-                        (any case: LILD works)
+                        limd, mild, mimd, decorrelated, retry_timeouts,
+                        or a system: google, cenkalti, eventsauce, polly,
+                        decorrelated_v2, aws (any case: LILD works)
   --OPTION VALUE        any option of the strategy, dashes for
                         underscores: --initial-delay 2 --max-delay 60
-                        --jitter full --seed 42
-  --consider-actual-delay / --no-consider-actual-delay
+                        --jitter full --seed 42 --backoff-type fibonacci
+  --FLAG / --no-FLAG    a boolean option: --consider-actual-delay,
+                        --cap-then-jitter, --fast-first, --use-jitter
+  --random LIST         the uniform draws to use, in order, instead of
+                        the generator: comma-separated numbers in [0, 1]
+                        (after the last, the list starts again)
   --chart               add a bar chart of the delays
   -h, --help            this text
 
 OUTCOME is 0 (failure) or 1 (success), optionally @TIME (seconds; default:
 the previous time, starting at 0), e.g. 0 0 0@5.5 1.
 
-example: backoff-delays -a LIMD --initial-delay 2 --min-delay 1 \
-           --delay-increment-on-failure 4 --delay-multiple-on-success 0.2 \
-           0 0 0  1 1 1  0 0 0
+examples: backoff-delays -a LIMD --initial-delay 2 --min-delay 1 \
+            --delay-increment-on-failure 4 --delay-multiple-on-success 0.2 \
+            0 0 0  1 1 1  0 0 0
+          backoff-delays -a google --random 0.5 0 0 0 0 0
 ]]
+
+-- the options given as a bare --flag (and --no-flag)
+local FLAGS = { consider_actual_delay = true, cap_then_jitter = true,
+                fast_first = true, use_jitter = true }
+
+-- "0,0.5,1" -> a function returning 0, 0.5, 1, 0, ...; or nil, message
+local function draws_of(list)
+  local values = {}
+  for item in (list .. ","):gmatch("([^,]*),") do
+    local v = tonumber(item)
+    if not v then return nil, "--random: not a number: '" .. item .. "'" end
+    values[#values + 1] = v
+  end
+  local i = 0
+  return function()
+    i = i % #values + 1
+    return values[i]
+  end
+end
 
 local function fmt(x)
   return ("%.10g"):format(x)
@@ -46,10 +71,14 @@ local function parse(argv)
       i = i + 2
     elseif a == "--chart" then
       chart, i = true, i + 1
-    elseif a == "--consider-actual-delay" then
-      opts.consider_actual_delay, i = true, i + 1
-    elseif a == "--no-consider-actual-delay" then
-      opts.consider_actual_delay, i = false, i + 1
+    elseif FLAGS[a:gsub("^%-%-no%-", ""):gsub("^%-%-", ""):gsub("%-", "_")]
+    then
+      local name = a:gsub("^%-%-no%-", ""):gsub("^%-%-", ""):gsub("%-", "_")
+      opts[name], i = a:find("^%-%-no%-") == nil, i + 1
+    elseif a == "--random" then
+      local f, err = draws_of(argv[i + 1] or "")
+      if not f then return nil, err end
+      opts.random, i = f, i + 2
     elseif a:match("^%-%-") then
       local name, value = a:match("^%-%-([%w%-]+)=(.*)$")
       if name then
@@ -118,8 +147,13 @@ function cli.run(argv, write, warn)
   local rows, ts, top = {}, opts.start, 0
   for _, o in ipairs(outcomes) do
     ts = o[2] or ts
-    local d, t
-    if o[1] then d, t = b:success(ts) else d, t = b:failure(ts) end
+    local done, d, t
+    if o[1] then done, d, t = pcall(b.success, b, ts)
+    else done, d, t = pcall(b.failure, b, ts) end
+    if not done then                -- a --random draw out of [0, 1]
+      write("backoff-delays: " .. tostring(d) .. "\n")
+      return 2
+    end
     rows[#rows + 1] = { d, t }
     if d and d > top then top = d end
   end
