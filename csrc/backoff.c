@@ -132,47 +132,51 @@ BACKOFF_API int backoff_config_timeouts_active(const backoff_config *c) {
 static double within(backoff_t *b, double lo, double hi) {
   double floor_ = b->cfg.min_delay;
   if (floor_ > lo && floor_ <= hi) lo = floor_;
-  return between(b, lo, hi);
+  return between_(b, lo, hi, 1);
 }
 
-static double proportional(backoff_t *b, double d) {
+/* general: 0 on the Perl family's own path, where neither min_delay
+   (> 0 with jitter) nor cap_then_jitter is set (cfg.special is 0):
+   the tests of both fold away there */
+PIPELINE double proportional(backoff_t *b, double d, int general) {
   const backoff_config *c = &b->cfg;
   double f = c->jitter_factor, capped = d, hi;
   if (c->has_max_delay && d > c->max_delay) capped = c->max_delay;
-  if (c->cap_then_jitter) return within(b, fin(capped * (1 - f)),
-                                        fin(capped * (1 + f)));
+  if (general && c->cap_then_jitter)
+    return within(b, fin(capped * (1 - f)), fin(capped * (1 + f)));
   hi = fin(d * (1 + f));
   if (c->has_max_delay && hi > c->max_delay) hi = c->max_delay;
-  return within(b, fin(capped * (1 - f)), hi);
+  if (general) return within(b, fin(capped * (1 - f)), hi);
+  return between_(b, fin(capped * (1 - f)), hi, 0);
 }
 
-PIPELINE double add_jitter(backoff_t *b, double d) {
+PIPELINE double add_jitter(backoff_t *b, double d, int general) {
   const backoff_config *c = &b->cfg;
   double cap;
   if (d == 0) return d;
   switch (c->jitter) {
     case BACKOFF_JITTER_PROPORTIONAL:
-      return c->jitter_factor > 0 ? proportional(b, d) : d;
+      return c->jitter_factor > 0 ? proportional(b, d, general) : d;
     case BACKOFF_JITTER_FULL:
       /* DIFF 7: draw from the capped delay (AWS's formulas) */
       cap = (c->has_max_delay && d > c->max_delay) ? c->max_delay : d;
-      if (c->min_delay > 0 && c->min_delay <= cap)
+      if (general && c->min_delay > 0 && c->min_delay <= cap)
         return within(b, 0, cap);
-      return cap * draw(b);
+      return cap * draw_(b, general);
     case BACKOFF_JITTER_EQUAL:
       cap = (c->has_max_delay && d > c->max_delay) ? c->max_delay : d;
-      if (c->min_delay > cap / 2 && c->min_delay <= cap)
+      if (general && c->min_delay > cap / 2 && c->min_delay <= cap)
         return within(b, cap / 2, cap);
       cap = cap / 2;
-      return cap + cap * draw(b);
+      return cap + cap * draw_(b, general);
     default:
       return d;
   }
 }
 
-static double timeout_jitter(backoff_t *b, double t) {
+static double timeout_jitter(backoff_t *b, double t, int general) {
   double f = b->cfg.timeout_jitter_factor;
-  return (t != 0 && f > 0) ? scatter(b, t, f) : t;
+  return (t != 0 && f > 0) ? scatter(b, t, f, general) : t;
 }
 
 /* step 8: max_delay (unless with_max is 0), then 0, then min_delay
@@ -197,7 +201,7 @@ static void initial_timeout(backoff_t *b) {
     return;
   }
   t = fin(c->max_actual_duration * c->adjust_timeout_factor);
-  t = timeout_jitter(b, t);
+  t = timeout_jitter(b, t, 1);
   if (c->min_adjust_timeout > t) t = c->min_adjust_timeout;
   b->timeout = unsign_zero(t);
 }
@@ -233,7 +237,7 @@ static int give_up(backoff_t *b, double ts, backoff_result *r, int why) {
    strategy's delay capped by the time left, and sets b->timeout from
    the delay that will be returned, max(that, hint) */
 PIPELINE double timeouts(backoff_t *b, double ts, double d,
-                         double hint) {
+                         double hint, int general) {
   const backoff_config *c = &b->cfg;
   double f = c->adjust_timeout_factor;
   double left = fin(c->max_actual_duration - fin(ts - b->start));
@@ -241,7 +245,7 @@ PIPELINE double timeouts(backoff_t *b, double ts, double d,
   double t;
   if (d > max_d) d = max_d;
   t = fin(fin(left - (hint > d ? hint : d)) * f);
-  t = timeout_jitter(b, t);
+  t = timeout_jitter(b, t, general);
   if (c->min_adjust_timeout > t) t = c->min_adjust_timeout;
   b->timeout = unsign_zero(t);
   return d < 0 ? 0 : d;    /* DIFF 5 */
@@ -256,7 +260,7 @@ PIPELINE double timeouts(backoff_t *b, double ts, double d,
 ** Only backoff_failure_hint() pays for them, through record_hint().
 */
 PIPELINE int record_steps(backoff_t *b, double ts, double raw, double hint,
-                          int self, backoff_result *r) {
+                          int self, int general, backoff_result *r) {
   const backoff_config *c = &b->cfg;
   double d = raw, seq = 0, own;
   /* step 5 */
@@ -273,17 +277,18 @@ PIPELINE int record_steps(backoff_t *b, double ts, double raw, double hint,
     seq = clamp_delay(c, raw, 1);
   /* step 7 (a system that jitters itself has, and capped as it does) */
   if (!self) {
-    if (c->cap_then_jitter && c->has_max_delay && d > c->max_delay)
+    if (general && c->cap_then_jitter && c->has_max_delay &&
+        d > c->max_delay)
       d = c->max_delay;   /* the references' order: cap, then jitter */
-    d = add_jitter(b, d);
+    d = add_jitter(b, d, general);
   }
   /* step 8 */
-  d = clamp_delay(c, d, !self && !(c->cap_then_jitter &&
+  d = clamp_delay(c, d, !self && !(general && c->cap_then_jitter &&
                                    c->jitter == BACKOFF_JITTER_PROPORTIONAL));
   own = unsign_zero(d);
   /* step 9 */
   if (backoff_config_timeouts_active(c))
-    d = timeouts(b, ts, d, hint);
+    d = timeouts(b, ts, d, hint, general);
   /* step 10; the strategy's memory never sees the hint */
   d = unsign_zero(d);
   if (hint <= d) hint = 0;      /* the strategy asks for as long */
@@ -299,18 +304,18 @@ PIPELINE int record_steps(backoff_t *b, double ts, double raw, double hint,
 }
 
 static int record(backoff_t *b, double ts, double raw, backoff_result *r) {
-  return record_steps(b, ts, raw, 0, 0, r);
+  return record_steps(b, ts, raw, 0, 0, 0, r);
 }
 
 static int record_hint(backoff_t *b, double ts, double raw, double hint,
                        backoff_result *r) {
-  return record_steps(b, ts, raw, hint, 0, r);
+  return record_steps(b, ts, raw, hint, 0, 0, r);
 }
 
-/* the steps for the systems and fast_first: nothing folded away */
+/* the steps off the Perl family's path (cfg.special): nothing folded */
 static int record_special(backoff_t *b, double ts, double raw, double hint,
                           int self, backoff_result *r) {
-  return record_steps(b, ts, raw, hint, self, r);
+  return record_steps(b, ts, raw, hint, self, 1, r);
 }
 
 /* steps 1 and 2 and the hint's limits: 1 when the failure gives up (*r
@@ -346,6 +351,9 @@ PIPELINE int gives_up(backoff_t *b, double ts, double hint,
 ** (lasting); cenkalti's look-ahead, elapsed + next > max_elapsed_time,
 ** after the draw, with the interval advanced and not lasting, as in Go.
 */
+#if defined(__GNUC__)
+__attribute__((noinline))   /* kept off backoff_failure's path */
+#endif
 static int special_failure(backoff_t *b, double ts, double hint,
                            backoff_result *r) {
   const backoff_config *c = &b->cfg;
@@ -377,7 +385,7 @@ static int special_failure(backoff_t *b, double ts, double hint,
         if (c->has_max_delay && raw > c->max_delay) raw = c->max_delay;
         break;
       case BACKOFF_AWS: raw = aws_delay(b, b->attempts); break;
-      default: raw = raw_failure(b, b->attempts - c->fast_first); break;
+      default: raw = raw_failure(b, b->attempts - c->fast_first, 1); break;
     }
   }
   return record_special(b, ts, raw, hint, jitters_itself(s), r);
@@ -392,7 +400,7 @@ PIPELINE int failure(backoff_t *b, double ts, double hint,
   if (b->cfg.special) return special_failure(b, ts, hint, r);
   if (gives_up(b, ts, hint, r)) return BACKOFF_OK;
   /* step 3 */
-  raw = raw_failure(b, b->attempts);
+  raw = raw_failure(b, b->attempts, 0);
   return hint > 0 ? record_hint(b, ts, raw, hint, r) : record(b, ts, raw, r);
 }
 
@@ -413,6 +421,9 @@ BACKOFF_API int backoff_success(backoff_t *b, double ts, backoff_result *r) {
   ts = effective_ts(b, ts);
   /* step 4 */
   b->attempts = 0;
+  if (b->cfg.special)
+    return record_special(b, ts, raw_success(b), 0,
+                          jitters_itself(b->cfg.strategy), r);
   return record(b, ts, raw_success(b), r);
 }
 
@@ -452,8 +463,11 @@ BACKOFF_API void backoff_init_trusted(backoff_t *b, const backoff_config *c,
       b->cfg.has_max_delay = 0;         /* max_interval instead */
     }
   }
+  /* off the Perl family's own path: a system, fast_first, the
+     references' order, or a jitter band that min_delay may cut */
   b->cfg.special = (unsigned char)(c->strategy >= BACKOFF_FIRST_SYSTEM ||
-                                   b->cfg.fast_first);
+    b->cfg.fast_first || b->cfg.cap_then_jitter || draws != NULL ||
+    (b->cfg.min_delay > 0 && c->jitter != BACKOFF_JITTER_NONE));
   b->seed = seed;
   fresh_state(b, start);
 }
@@ -502,4 +516,9 @@ BACKOFF_API int backoff_current_interval(const backoff_t *b,
   per = units_per_second(s);
   *seconds = current_units(b, per) / per;
   return 1;
+}
+
+BACKOFF_API void backoff_lend_draws(backoff_t *b, const backoff_draws *d) {
+  b->draws = d;
+  if (d != NULL) b->cfg.special = 1;     /* off the path that ignores it */
 }

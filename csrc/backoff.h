@@ -211,7 +211,8 @@ typedef struct backoff_t {
   double timeout;         /* current suggested timeout */
   unsigned char has_last_ts, has_seq, expired;
   /* NULL: the generator above; else a source lent for the calls made
-     while it is set (it must outlive them).  backoff_init* set it. */
+     while it is set (it must outlive them).  Set it with
+     backoff_lend_draws (or at init: backoff_init_trusted's draws). */
   const backoff_draws *draws;
 } backoff_t;
 
@@ -265,6 +266,10 @@ BACKOFF_API int backoff_config_draws(const backoff_config *c);
 ** stream of the object's seed.  BACKOFF_ETIME for a non-finite start.
 */
 BACKOFF_API int backoff_reset(backoff_t *b, double start);
+
+/* Lend *b a source of draws for the calls that follow (NULL: its own
+   generator again).  Cannot fail. */
+BACKOFF_API void backoff_lend_draws(backoff_t *b, const backoff_draws *d);
 
 /* Restart the jitter stream from seed (and remember it for reset). */
 BACKOFF_API void backoff_reseed(backoff_t *b, uint64_t seed);

@@ -51,20 +51,25 @@ static inline double unsign_zero(double x) {
 }
 
 /* one uniform draw in [0, 1): the object's generator, or the caller's
-   source while one is lent (which may also give 1) */
-static inline double draw(backoff_t *b) {
-  return b->draws != NULL ? b->draws->next(b->draws->ctx)
-                          : backoff_rng_double(&b->rng);
+   source while one is lent (which may also give 1).  general is 0 (a
+   constant, folded) on the Perl family's own path, where no source is
+   ever lent: an object lent one is off that path (cfg.special) */
+static inline double draw_(backoff_t *b, int general) {
+  if (general && b->draws != NULL) return b->draws->next(b->draws->ctx);
+  return backoff_rng_double(&b->rng);
 }
+#define draw(b) draw_((b), 1)
 
 /* lo + (hi - lo) * U(0, 1): the reference's way of writing d * U(1-f,
    1+f), with lo = d * (1-f) and hi = d * (1+f) */
-static inline double between(backoff_t *b, double lo, double hi) {
-  return fin(lo + fin(hi - lo) * draw(b));
+static inline double between_(backoff_t *b, double lo, double hi,
+                              int general) {
+  return fin(lo + fin(hi - lo) * draw_(b, general));
 }
+#define between(b, lo, hi) between_((b), (lo), (hi), 1)
 
-static inline double scatter(backoff_t *b, double d, double f) {
-  return between(b, fin(d * (1 - f)), fin(d * (1 + f)));
+static inline double scatter(backoff_t *b, double d, double f, int general) {
+  return between_(b, fin(d * (1 - f)), fin(d * (1 + f)), general);
 }
 
 #endif

@@ -31,13 +31,13 @@ PIPELINE double exponential(double initial, double base, uint64_t n) {
    article's formula, which pins at the cap); with cap_then_jitter
    U(base, min(cap, prev * multiplier)) (Polly.Contrib's
    AwsDecorrelatedJitterBackoff), which never does */
-PIPELINE double decorrelated(backoff_t *b) {
+PIPELINE double decorrelated(backoff_t *b, int general) {
   const backoff_config *c = &b->cfg;
   double base = c->p.decorrelated.initial_delay;
   double tmp = b->has_seq ? b->seq_a : base;
   tmp = fin(tmp * c->p.decorrelated.multiplier);
   if (c->cap_then_jitter && tmp > c->max_delay) tmp = c->max_delay;
-  tmp = between(b, base, tmp);
+  tmp = between_(b, base, tmp, general);
   if (tmp > c->max_delay) tmp = c->max_delay;
   b->seq_a = tmp;
   b->has_seq = 1;
@@ -64,7 +64,7 @@ PIPELINE double fibonacci_next(backoff_t *b, uint64_t n, double first1,
 }
 
 /* the n-th consecutive failure of the Perl family, n >= 1 */
-PIPELINE double raw_failure(backoff_t *b, uint64_t n) {
+PIPELINE double raw_failure(backoff_t *b, uint64_t n, int general) {
   const backoff_config *c = &b->cfg;
   const backoff_params *p = &c->p;
   switch (c->strategy) {
@@ -90,9 +90,15 @@ PIPELINE double raw_failure(backoff_t *b, uint64_t n) {
       return b->has_seq ? fin(b->seq_a * p->mild.delay_multiple_on_failure)
                         : p->mild.initial_delay;
     case BACKOFF_DECORRELATED:
-      return decorrelated(b);
+      return decorrelated(b, general);
     default:
+#if defined(__GNUC__)
+      /* the systems never come here (backoff_systems.h): telling the
+         compiler spares the switch a range check */
+      __builtin_unreachable();
+#else
       return 0;
+#endif
   }
 }
 

@@ -89,18 +89,18 @@ void lbackoff_lend(lua_State *L, backoff_t *core, int side,
   ln->fn = lua_gettop(L);
   ln->status = 0;
   ln->saved = *core;
-  core->draws = &ln->draws;
+  backoff_lend_draws(core, &ln->draws);
 }
 
 void lbackoff_unlend(lua_State *L, backoff_t *core, lbackoff_lender *ln,
                      const char *where) {
-  core->draws = NULL;
+  backoff_lend_draws(core, NULL);
   if (ln->status == 0) {
     lua_remove(L, ln->fn);
     return;
   }
   *core = ln->saved;
-  core->draws = NULL;
+  backoff_lend_draws(core, NULL);
   if (ln->status == LEND_RAISED) lua_error(L);
   luaL_error(L, "%s: option 'random' must return a number in [0, 1] "
              "(got %s)", where, lbackoff_repr(L, -1));
