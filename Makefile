@@ -139,6 +139,10 @@ TARGETS := all demo test install uninstall print help bench bench-nginx \
 # build/<v>/flags is made by a pattern rule only: keep it
 .PRECIOUS: $(BUILD)/%/flags
 
+# the module of version $1 (defined before any rule names it: make
+# expands prerequisites as it reads them)
+MODULE = $(BUILD)/$(1)/backoff/core.so
+
 all: $(call MODULE,$(LUA_VERSION))
 
 help:
@@ -154,7 +158,6 @@ FORCE:
 
 # ---- the module ----------------------------------------------------
 
-MODULE = $(BUILD)/$(1)/backoff/core.so
 module_cmd = $(CC) $(CFLAGS) $(WARN) -fPIC -fvisibility=hidden \
   -I$(call lua_inc,$1) -Icsrc -o $(call MODULE,$1) $(CORE_SRC) \
   $(BINDING_SRC) $(LIBFLAG) -lm

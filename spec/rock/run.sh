@@ -121,6 +121,12 @@ if luarocks --lua-version 5.2 remove --tree "$tree" backoff >"$work/remove.log" 
   ok "luarocks --lua-version 5.2 remove backoff removes backoff-delays-5.2 only"
 else not_ok "luarocks remove for 5.2"; show "$work/remove.log"; ls "$tree/bin" | sed 's/^/# /'; fi
 
+# the other build path in the same copy: plain `make` (the README's)
+if (cd "$src" && make -s) >"$work/make.log" 2>&1 &&
+   [ -f "$src/build/5.4/backoff/core.so" ]; then
+  ok "make with no target builds build/5.4/backoff/core.so in a fresh copy"
+else not_ok "make with no target in a fresh copy"; show "$work/make.log"; fi
+
 # 5. the versioned rockspec builds the same way
 if [ -f "$rs" ] && (cd "$src" && luarocks --lua-version 5.4 make --tree "$work/tree-v" \
      "rockspec/backoff-$version-1.rockspec") >"$work/make-v.log" 2>&1 &&
