@@ -150,9 +150,13 @@ help:
 
 # deps-NAME installs (as root) or names the packages of PKGS_NAME;
 # deps-lua-V those that build the module for version V
-deps-lua-%: FORCE
+# (static pattern rules, so that they are phony, not intermediate files)
+DEPS_LUA := $(addprefix deps-lua-,$(LUA_VERSIONS))
+DEPS     := $(patsubst PKGS_%,deps-%,$(filter PKGS_%,$(.VARIABLES)))
+.PHONY: $(DEPS_LUA) $(DEPS)
+$(DEPS_LUA): deps-lua-%:
 	@sh .ci/deps $(call build_pkgs,$*)
-deps-%: FORCE
+$(DEPS): deps-%:
 	@sh .ci/deps $(PKGS_$*)
 FORCE:
 
