@@ -202,15 +202,21 @@ print:
 # ---- install (make install, and LuaRocks' build.type = "make") -----
 
 # the first line of an installed backoff-delays: LUA by name, through
-# env, or LUA itself when it is a path
+# env, or LUA itself when it is a path.  The script then appends the
+# install directories to its search paths, so that it finds the modules
+# where the interpreter's defaults do not look (a PREFIX of your own,
+# OpenResty's lualib), while LUA_PATH and the defaults still come first.
 SHEBANG = $(if $(filter /%,$(LUA)),$(LUA),/usr/bin/env $(LUA))
+
+# echo, or nothing under make -s
+ECHO = $(if $(findstring s,$(firstword -$(MAKEFLAGS))),:,echo)
 
 # install-files CMODULE LIBDIR LUADIR: core.so and every Lua module
 define install-files
 	$(INSTALL) -d '$(2)/backoff'
 	$(INSTALL) -m 755 '$(1)' '$(2)/backoff/core.so'
 	@set -e; for m in $(LUA_MODULES); do \
-	  echo "$(INSTALL) -m 644 lua/$$m '$(3)/$$m'"; \
+	  $(ECHO) "$(INSTALL) -m 644 lua/$$m '$(3)/$$m'"; \
 	  $(INSTALL) -d "$$(dirname '$(3)'/$$m)"; \
 	  $(INSTALL) -m 644 lua/$$m '$(3)'/$$m; done
 endef
@@ -224,7 +230,12 @@ install: $(call MODULE,$(LUA_VERSION))
 	    exit 1; }; done
 	$(call install-files,$(call MODULE,$(LUA_VERSION)),$(DESTDIR)$(LUA_CMODULE_DIR),$(DESTDIR)$(LUA_MODULE_DIR))
 	$(INSTALL) -d '$(DESTDIR)$(BINDIR)'
-	sed '1s|.*|#!$(SHEBANG)|' bin/backoff-delays >$(BUILD)/backoff-delays
+	@mkdir -p $(BUILD)
+	sed -e '1s|.*|#!$(SHEBANG)|' -e '1a\
+-- where make install put the modules, after LUA_PATH and the defaults\
+package.path = package.path .. ";$(LUA_MODULE_DIR)/?.lua"\
+package.cpath = package.cpath .. ";$(LUA_CMODULE_DIR)/?.so"' \
+	  bin/backoff-delays >$(BUILD)/backoff-delays
 	$(INSTALL) -m 755 $(BUILD)/backoff-delays '$(DESTDIR)$(BINDIR)/backoff-delays'
 
 uninstall:
@@ -262,7 +273,7 @@ rock-install:
 	$(call install-files,$(ROCK_OUT)/core.so,$(LIBDIR),$(LUADIR))
 	$(INSTALL) -d '$(BINDIR)'
 	@v=$$($(LUA) -e 'io.write((_VERSION:gsub("^Lua ", "")))') && \
-	  echo "$(INSTALL) -m 755 bin/backoff-delays '$(BINDIR)/backoff-delays-$$v'" && \
+	  $(ECHO) "$(INSTALL) -m 755 bin/backoff-delays '$(BINDIR)/backoff-delays-$$v'" && \
 	  $(INSTALL) -m 755 bin/backoff-delays "$(BINDIR)/backoff-delays-$$v"
 
 # ---- tests ---------------------------------------------------------

@@ -174,6 +174,25 @@ for _, v in ipairs { "5.1", "5.4", "luajit" } do
 end
 
 ------------------------------------------------------------------------
+-- a PREFIX off the interpreter's default paths: backoff-delays still
+-- finds its modules (it appends the install directories to its paths)
+
+do
+  local prefix = SCRATCH .. "/prefix"
+  local out, ok = run(("%s -s -C %s install LUA_VERSION=5.4 PREFIX=%s")
+    :format(MAKE, q(ROOT), q(prefix)))
+  local env = lua_env("/nonexistent/?.lua", "/nonexistent/?.so")
+  if ok then
+    out, ok = run(env .. q(prefix .. "/bin/backoff-delays") .. " "
+      .. LIMD_ARGS)
+  end
+  check(ok and out == LIMD, "make install PREFIX=<scratch>: backoff-delays "
+    .. "finds its modules with LUA_PATH and LUA_CPATH pointing elsewhere", out)
+  run(("%s -s -C %s uninstall LUA_VERSION=5.4 PREFIX=%s")
+    :format(MAKE, q(ROOT), q(prefix)))
+end
+
+------------------------------------------------------------------------
 -- OpenResty's layout, loaded by a real nginx
 
 local OR = "/usr/local/openresty"
