@@ -1,21 +1,60 @@
-# backoff -- build, demo and test.
+# backoff -- build, install, demo, test and benchmarks.
 #
-#   make demo          build for Lua 5.4 and show the module at work
-#   make test          build for 5.1 5.2 5.3 5.4 and LuaJIT, run every test
-#   make               build the module for LUA_VERSION (default 5.4)
-#   make LUA_VERSION=luajit    (or 5.1, 5.2, 5.3): that version's packages
-#                      (interpreter, headers) are installed first
-#   make bench         call costs (5.4, LuaJIT), the herd and the outage
-#   make outage        retry storms: a full outage, with and without budget
-#   make herd-reference  the herd re-run by an independent model (Python)
-#   make fuzz          libFuzzer on the core (FUZZ_TIME=60 seconds)
+# Targets:
+#   make help            this list
+#   make demo            build for Lua 5.4 and show the module at work
+#   make test            build for 5.1 5.2 5.3 5.4 and LuaJIT, run every test
+#   make                 build build/<LUA_VERSION>/backoff/core.so (default 5.4)
+#   make install         install core.so, the Lua modules and backoff-delays
+#   make uninstall       remove what `make install` installed
+#   make print           the configuration and the paths install would use
+#   make bench           call costs, the herd, the deadline, the outage:
+#                        writes bench/results.md (LuaJIT and 5.4 only)
+#   make bench-nginx     worker CPU per request in a real nginx (wrk):
+#                        writes bench/results-nginx.md
+#   make outage          retry storms: a full outage, with and without budget
+#   make herd-reference  the herd re-run by an independent model (Python):
+#                        writes bench/results-herd-reference.md
+#   make ctest           C tests of the core (cmocka, ASan + UBSan)
+#   make ctest-budget    C tests of the budget core (cmocka, ASan + UBSan)
+#   make core-alone      the core compiled with no Lua headers
+#   make asan-busted     busted against an ASan + UBSan build (V, default 5.4)
+#   make valgrind        valgrind over spec/valgrind_smoke.lua (V, default 5.4)
+#   make allocfail       every allocation of the smoke script fails in turn
+#   make forged          forged userdata refused by every method
+#   make fuzz            libFuzzer on the core (FUZZ_TIME=60 seconds)
+#   make threads         threads driving their own objects, under TSan
+#   make fresh-boot      busted with the clock of a machine booted 1 min ago
+#   make busted-as-documented  `busted` alone, as the README runs it
+#   make install-test    make install into scratch trees, loaded from there
+#                        by lua5.1, lua5.4, luajit and a real nginx
+#   make rock-test       luarocks make (5.1 to 5.4), specs against the rock
+#   make lint            luacheck
+#   make clean           remove build/ (and in-place builds of old versions)
+#   make rock-build, make rock-install   what `luarocks make` runs
+#
+# Variables: LUA_VERSION (5.1 5.2 5.3 5.4 luajit; default 5.4); V, the
+# version for asan-busted and valgrind (default LUA_VERSION); for
+# install, as lua-cjson's Makefile has them: PREFIX (/usr/local),
+# DESTDIR, LUA_INCLUDE_DIR (or LuaRocks' LUA_INCDIR), LUA_CMODULE_DIR,
+# LUA_MODULE_DIR, LUA_BIN_DIR (or BINDIR), and LUA, the interpreter
+# named in backoff-delays' first line; CC, CFLAGS, LIBFLAG.
 #
 # Missing Debian packages are installed (as root) or named (otherwise)
-# by .ci/deps.  The module never links liblua: the interpreter that
-# loads it provides the Lua API.
+# by .ci/deps, each target asking only for what it needs; a
+# LUA_INCLUDE_DIR of your own means no Lua package is asked for.  The
+# module never links liblua: the interpreter that loads it provides the
+# Lua API.
 
 LUA_VERSIONS := 5.1 5.2 5.3 5.4 luajit
 LUA_VERSION ?= 5.4
+V ?= $(LUA_VERSION)
+
+# one version, one of the list
+check_version = $(if $(and $(filter 1,$(words $($1))),$(filter $($1),$(LUA_VERSIONS))),,\
+  $(error $1=$($1): use one of $(LUA_VERSIONS)))
+$(call check_version,LUA_VERSION)
+$(call check_version,V)
 
 CC      ?= cc
 CFLAGS  ?= -O2 -g
@@ -25,67 +64,222 @@ WARN    := -std=c99 -pedantic -Wall -Wextra -Wshadow -Wundef -Wcast-qual \
            -Wmissing-prototypes -Wmissing-declarations -Wredundant-decls \
            -Wdouble-promotion -Wdeclaration-after-statement
 BUILD   := build
-# the core (no Lua) and the binding; the retry budget is part of both
-CORE_SRC    := csrc/backoff.c csrc/backoff_options.c csrc/backoff_rules.c \
-               csrc/backoff_budget.c
-BINDING_SRC := csrc/lbackoff_aux.c csrc/lbackoff_env.c csrc/lbackoff_object.c \
-               csrc/lbackoff_ffi.c csrc/lbackoff_options.c csrc/lbudget.c \
-               csrc/lbackoff_methods.c csrc/lbackoff.c
-CORE    := $(CORE_SRC) $(wildcard csrc/backoff*.h)
-BINDING := $(BINDING_SRC) $(filter-out csrc/backoff%,$(wildcard csrc/*.h))
 
-# interpreter and headers of one version
+# The sources, in this one place: the core (no Lua; the retry budget is
+# part of it) is csrc/backoff*.c, the binding csrc/l*.c.  The rock is
+# built by this Makefile too (rock-build), so no other list exists.
+CORE_SRC    := $(sort $(wildcard csrc/backoff*.c))
+BINDING_SRC := $(sort $(wildcard csrc/l*.c))
+HEADERS     := $(wildcard csrc/*.h)
+CORE        := $(CORE_SRC) $(HEADERS)
+BINDING     := $(BINDING_SRC) $(HEADERS)
+# the Lua modules, as paths under lua/: backoff.lua, backoff/cli.lua, ...
+LUA_MODULES := $(patsubst lua/%,%,$(sort $(wildcard lua/*.lua lua/*/*.lua)))
+
+# interpreter, Debian headers and Debian packages of one version
 lua_bin = $(if $(filter luajit,$1),luajit,lua$1)
-lua_inc = $(if $(filter luajit,$1),/usr/include/luajit-2.1,/usr/include/lua$1)
+lua_abi = $(if $(filter luajit,$1),5.1,$1)
+lua_inc_debian = $(if $(filter luajit,$1),/usr/include/luajit-2.1,/usr/include/lua$1)
 lua_dev = $(if $(filter luajit,$1),luajit2 libluajit2-5.1-dev,$(if $(filter 5.1,$1),lua5.1 liblua5.1-0-dev,lua$1 liblua$1-dev))
 
-ifeq ($(filter $(LUA_VERSION),$(LUA_VERSIONS)),)
-$(error LUA_VERSION=$(LUA_VERSION): use one of $(LUA_VERSIONS))
+# ---- install variables (lua-cjson's names) -------------------------
+# Headers of your own (OpenResty's, say) mean: ask for no Lua package.
+OWN_HEADERS := $(filter command% environment%,$(origin LUA_INCLUDE_DIR) $(origin LUA_INCDIR))
+LUA_INCLUDE_DIR ?= $(or $(LUA_INCDIR),$(call lua_inc_debian,$(LUA_VERSION)))
+PREFIX          ?= /usr/local
+LUA_CMODULE_DIR ?= $(PREFIX)/lib/lua/$(call lua_abi,$(LUA_VERSION))
+LUA_MODULE_DIR  ?= $(PREFIX)/share/lua/$(call lua_abi,$(LUA_VERSION))
+LUA_BIN_DIR     ?= $(PREFIX)/bin
+BINDIR          ?= $(LUA_BIN_DIR)
+LUA             ?= $(call lua_bin,$(LUA_VERSION))
+INSTALL         ?= install
+
+# the headers a version is built with: LUA_INCLUDE_DIR for LUA_VERSION,
+# Debian's for the others
+lua_inc = $(if $(filter $1,$(LUA_VERSION)),$(LUA_INCLUDE_DIR),$(call lua_inc_debian,$1))
+
+ifneq ($(wildcard backoff/core.so csrc/*.o csrc/*.so),)
+$(warning backoff: $(wildcard backoff/core.so csrc/*.o csrc/*.so) in the checkout: left by an older `luarocks make`; Lua 5.1 and LuaJIT load ./backoff/core.so first; `make clean` removes them)
 endif
 
-BUILD_PKGS := gcc libc6-dev $(call lua_dev,$(LUA_VERSION))
-# luarocks too, so that README's `luarocks --lua-version 5.4 make` works
-DEMO_PKGS := gcc libc6-dev $(call lua_dev,5.4) luarocks
-TEST_PKGS := gcc libc6-dev $(foreach v,$(LUA_VERSIONS),$(call lua_dev,$(v))) \
-             lua-busted lua-check lua-socket luarocks libcmocka-dev \
-             valgrind clang libclang-rt-dev nginx libnginx-mod-http-lua
+# ---- Debian packages per need --------------------------------------
+COMPILER   := $(if $(filter default,$(origin CC)),gcc) libc6-dev
+# to build the module for version $1
+build_pkgs  = $(COMPILER) $(if $(and $(OWN_HEADERS),$(filter $1,$(LUA_VERSION))),,$(call lua_dev,$1))
+PKGS_demo  := $(call build_pkgs,5.4) luarocks
+PKGS_test  := $(COMPILER) $(foreach v,$(LUA_VERSIONS),$(call lua_dev,$(v))) \
+              lua-busted lua-check lua-socket luarocks libcmocka-dev \
+              valgrind clang libclang-rt-dev nginx libnginx-mod-http-lua
+PKGS_bench := $(call build_pkgs,5.4) $(call build_pkgs,luajit)
+PKGS_bench-nginx := $(call build_pkgs,luajit) lua5.4 lua-socket nginx \
+              libnginx-mod-http-lua wrk
+PKGS_outage := $(call build_pkgs,luajit)
+PKGS_herd-reference := $(call build_pkgs,luajit) python3
+PKGS_ctest := $(COMPILER) libcmocka-dev
+PKGS_cc    := $(COMPILER)
+PKGS_lua54-host := $(COMPILER) liblua5.4-dev
+PKGS_fuzz  := clang libclang-rt-dev
+PKGS_asan  := $(call build_pkgs,$(V)) lua-busted
+PKGS_valgrind := $(call build_pkgs,$(V)) valgrind
+PKGS_busted := $(call build_pkgs,5.4) lua-busted
+PKGS_fresh-boot := $(call build_pkgs,$(V)) lua-busted util-linux
+PKGS_install-test := $(foreach v,5.1 5.4 luajit,$(call build_pkgs,$(v))) \
+              lua-socket nginx libnginx-mod-http-lua
+PKGS_rock-test := $(COMPILER) $(foreach v,$(LUA_VERSIONS),$(call lua_dev,$(v))) \
+              luarocks lua-busted binutils
+PKGS_lint  := lua-check
 
+# every target (`make lint` checks that `make help` lists them all)
+TARGETS := all demo test install uninstall print help bench bench-nginx \
+           outage herd-reference ctest ctest-budget core-alone asan-busted \
+           valgrind allocfail forged fuzz threads fresh-boot \
+           busted-as-documented install-test rock-test lint clean \
+           rock-build rock-install
+.PHONY: $(TARGETS) FORCE
+# build/<v>/flags is made by a pattern rule only: keep it
+.PRECIOUS: $(BUILD)/%/flags
+
+# the module of version $1 (defined before any rule names it: make
+# expands prerequisites as it reads them)
 MODULE = $(BUILD)/$(1)/backoff/core.so
-# run Lua code against the build of version $(1)
-LUA_ENV = LUA_PATH='./lua/?.lua;;' LUA_CPATH='./$(BUILD)/$(1)/?.so;;'
 
-.PHONY: ctest-budget nginx-fleet
-.PHONY: all demo test ctest lint clean deps-build deps-demo deps-test print rock-test core-alone \
-        asan-busted valgrind allocfail forged fuzz threads bench herd-reference
+all: $(call MODULE,$(LUA_VERSION))
 
-all: deps-build $(call MODULE,$(LUA_VERSION))
+help:
+	@sed -n '/^# Targets/,/^#$$/s/^#   //p' $(firstword $(MAKEFILE_LIST))
 
-$(BUILD)/%/backoff/core.so: $(CORE) $(BINDING)
+# deps-NAME installs (as root) or names the packages of PKGS_NAME;
+# deps-lua-V those that build the module for version V
+# (static pattern rules, so that they are phony, not intermediate files)
+DEPS_LUA := $(addprefix deps-lua-,$(LUA_VERSIONS))
+DEPS     := $(patsubst PKGS_%,deps-%,$(filter PKGS_%,$(.VARIABLES)))
+.PHONY: $(DEPS_LUA) $(DEPS)
+$(DEPS_LUA): deps-lua-%:
+	@sh .ci/deps $(call build_pkgs,$*)
+$(DEPS): deps-%:
+	@sh .ci/deps $(PKGS_$*)
+FORCE:
+
+# ---- the module ----------------------------------------------------
+
+# every build of the module: only luaopen_backoff_core and the FFI entry
+# points exported (BACKOFF_HIDDEN hides the core's API too), and no
+# fused multiply-add, which would change the systems' truncated results
+# on machines that have it
+MODULE_FLAGS := -fPIC -fvisibility=hidden -DBACKOFF_HIDDEN -ffp-contract=off
+module_cmd = $(CC) $(CFLAGS) $(WARN) $(MODULE_FLAGS) \
+  -I$(call lua_inc,$1) -Icsrc -o $(call MODULE,$1) $(CORE_SRC) \
+  $(BINDING_SRC) $(LIBFLAG) -lm
+
+# build/<v>/flags holds the command a module is built with, rewritten
+# only when it changes (CC, CFLAGS, headers, sources): then it rebuilds
+$(BUILD)/%/flags: FORCE
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) $(WARN) -fPIC -fvisibility=hidden -DBACKOFF_HIDDEN -I$(call lua_inc,$*) \
-	  -Icsrc -o $@ $(CORE_SRC) $(BINDING_SRC) $(LIBFLAG) -lm
+	@echo '$(subst ','\'',$(call module_cmd,$*))' | cmp -s - $@ 2>/dev/null \
+	  || echo '$(subst ','\'',$(call module_cmd,$*))' >$@
+
+$(BUILD)/%/backoff/core.so: $(CORE) $(BINDING) $(BUILD)/%/flags | deps-lua-%
+	@test -f '$(call lua_inc,$*)/lua.h' || { echo "backoff: no lua.h in" \
+	  "$(call lua_inc,$*): set LUA_INCLUDE_DIR to your Lua's headers" >&2; \
+	  exit 1; }
+	@mkdir -p $(@D)
+	$(call module_cmd,$*)
 
 # the module with ASan + UBSan (float-cast-overflow on), for PUC Lua
-$(BUILD)/asan-%/backoff/core.so: $(CORE) $(BINDING)
+$(BUILD)/asan-%/backoff/core.so: $(CORE) $(BINDING) | deps-lua-%
 	@mkdir -p $(@D)
 	$(CC) -O1 -g $(WARN) -Werror $(SANITIZE) -fPIC -I$(call lua_inc,$*) \
 	  -Icsrc -o $@ $(CORE_SRC) $(BINDING_SRC) -shared -lm
 
-deps-build:
-	@sh .ci/deps $(BUILD_PKGS)
-
-deps-demo:
-	@sh .ci/deps $(DEMO_PKGS)
-
-deps-test:
-	@sh .ci/deps $(TEST_PKGS)
+# run Lua code against the build of version $(1)
+LUA_ENV = LUA_PATH='./lua/?.lua;;' LUA_CPATH='./$(BUILD)/$(1)/?.so;;'
 
 demo: deps-demo $(call MODULE,5.4)
 	@$(call LUA_ENV,5.4) lua5.4 examples/demo.lua
 
 print:
-	@echo "LUA_VERSION=$(LUA_VERSION) CC=$(CC) CFLAGS=$(CFLAGS)"
-	@echo "module: $(call MODULE,$(LUA_VERSION))"
+	@echo "LUA_VERSION=$(LUA_VERSION) CC=$(CC) CFLAGS=$(CFLAGS) LIBFLAG=$(LIBFLAG)"
+	@echo "module: $(call MODULE,$(LUA_VERSION)) (headers: $(LUA_INCLUDE_DIR))"
+	@echo "install: $(DESTDIR)$(LUA_CMODULE_DIR)/backoff/core.so"
+	@echo "         $(DESTDIR)$(LUA_MODULE_DIR)/: $(LUA_MODULES)"
+	@echo "         $(DESTDIR)$(BINDIR)/backoff-delays (runs $(LUA))"
+
+# ---- install (make install, and LuaRocks' build.type = "make") -----
+
+# the first line of an installed backoff-delays: LUA by name, through
+# env, or LUA itself when it is a path.  The script then appends the
+# install directories to its search paths, so that it finds the modules
+# where the interpreter's defaults do not look (a PREFIX of your own,
+# OpenResty's lualib), while LUA_PATH and the defaults still come first.
+SHEBANG = $(if $(filter /%,$(LUA)),$(LUA),/usr/bin/env $(LUA))
+
+# echo, or nothing under make -s
+ECHO = $(if $(findstring s,$(firstword -$(MAKEFLAGS))),:,echo)
+
+# install-files CMODULE LIBDIR LUADIR: core.so and every Lua module
+define install-files
+	$(INSTALL) -d '$(2)/backoff'
+	$(INSTALL) -m 755 '$(1)' '$(2)/backoff/core.so'
+	@set -e; for m in $(LUA_MODULES); do \
+	  $(ECHO) "$(INSTALL) -m 644 lua/$$m '$(3)/$$m'"; \
+	  $(INSTALL) -d "$$(dirname '$(3)'/$$m)"; \
+	  $(INSTALL) -m 644 lua/$$m '$(3)'/$$m; done
+endef
+
+install: $(call MODULE,$(LUA_VERSION))
+	@for d in '$(DESTDIR)$(LUA_CMODULE_DIR)' '$(DESTDIR)$(LUA_MODULE_DIR)' \
+	    '$(DESTDIR)$(BINDIR)'; do p=$$d; \
+	  while [ ! -e "$$p" ]; do p=$$(dirname "$$p"); done; \
+	  [ -w "$$p" ] || { echo "backoff: cannot write to $$p (for $$d):" \
+	    "run as root, or set PREFIX or DESTDIR (make print shows the paths)" >&2; \
+	    exit 1; }; done
+	$(call install-files,$(call MODULE,$(LUA_VERSION)),$(DESTDIR)$(LUA_CMODULE_DIR),$(DESTDIR)$(LUA_MODULE_DIR))
+	$(INSTALL) -d '$(DESTDIR)$(BINDIR)'
+	@mkdir -p $(BUILD)
+	sed -e '1s|.*|#!$(SHEBANG)|' -e '1a\
+-- where make install put the modules, after LUA_PATH and the defaults\
+package.path = package.path .. ";$(LUA_MODULE_DIR)/?.lua"\
+package.cpath = package.cpath .. ";$(LUA_CMODULE_DIR)/?.so"' \
+	  bin/backoff-delays >$(BUILD)/backoff-delays
+	$(INSTALL) -m 755 $(BUILD)/backoff-delays '$(DESTDIR)$(BINDIR)/backoff-delays'
+
+uninstall:
+	rm -f '$(DESTDIR)$(LUA_CMODULE_DIR)/backoff/core.so' \
+	  '$(DESTDIR)$(BINDIR)/backoff-delays' \
+	  $(foreach m,$(LUA_MODULES),'$(DESTDIR)$(LUA_MODULE_DIR)/$(m)')
+	@rmdir '$(DESTDIR)$(LUA_CMODULE_DIR)/backoff' 2>/dev/null || true
+	@rmdir '$(DESTDIR)$(LUA_MODULE_DIR)/backoff' 2>/dev/null || true
+
+# What `luarocks make` runs (rockspec/: build.type = "make"): rock-build
+# with CC, CFLAGS, LIBFLAG, LUA_INCDIR and LUA, then rock-install with
+# LUADIR, LIBDIR and BINDIR too, all LuaRocks' own values.  Everything is
+# built under build/rock/ (never ./backoff/core.so or csrc/*.o, which
+# Lua 5.1 and LuaJIT would load from a checkout: their cpath starts with
+# ./?.so), with hidden visibility, and nothing is ever installed with
+# apt-get from here.  backoff-delays is installed as backoff-delays-5.x
+# (the Lua version: 5.1 for LuaJIT), so rocks for several Lua versions
+# in one tree do not fight over one file: LuaRocks moves a file it does
+# not track for this version aside as backoff-delays~, ~~, ~~~.
+ROCK_OUT = $(BUILD)/rock/$(notdir $(LUA))
+rock-build:
+	@test -f '$(LUA_INCLUDE_DIR)/lua.h' || { echo "backoff: no lua.h in" \
+	  "LUA_INCDIR=$(LUA_INCLUDE_DIR): install your Lua's headers" \
+	  "(Debian: liblua5.x-dev, or libluajit2-5.1-dev for LuaJIT)" >&2; exit 1; }
+	@rm -rf $(ROCK_OUT) && mkdir -p $(ROCK_OUT)
+	$(CC) $(CFLAGS) $(WARN) $(MODULE_FLAGS) -I$(LUA_INCLUDE_DIR) \
+	  -Icsrc -o $(ROCK_OUT)/core.so $(CORE_SRC) $(BINDING_SRC) $(LIBFLAG) -lm
+
+rock-install:
+	@test -f $(ROCK_OUT)/core.so || { echo "backoff: no $(ROCK_OUT)/core.so:" \
+	  "run make rock-build (with the same LUA) first" >&2; exit 1; }
+	@test -n '$(LUADIR)' && test -n '$(LIBDIR)' || { echo "backoff:" \
+	  "rock-install needs LUADIR, LIBDIR and BINDIR (luarocks make passes" \
+	  "them); to install by hand, use make install" >&2; exit 1; }
+	$(call install-files,$(ROCK_OUT)/core.so,$(LIBDIR),$(LUADIR))
+	$(INSTALL) -d '$(BINDIR)'
+	@v=$$($(LUA) -e 'io.write((_VERSION:gsub("^Lua ", "")))') && \
+	  $(ECHO) "$(INSTALL) -m 755 bin/backoff-delays '$(BINDIR)/backoff-delays-$$v'" && \
+	  $(INSTALL) -m 755 bin/backoff-delays "$(BINDIR)/backoff-delays-$$v"
 
 # ---- tests ---------------------------------------------------------
 
@@ -93,6 +287,9 @@ TAP_DIR := $(BUILD)/tap
 SUITE   := TAP_DIR=$(TAP_DIR) sh spec/run-suite
 SANITIZE := -fsanitize=address,undefined -fno-sanitize-recover=all \
             -fno-omit-frame-pointer
+# busted under a given interpreter: --ignore-lua, or .busted's `lua`
+# setting would run it under lua5.4 whatever the interpreter
+BUSTED  := /usr/bin/busted --ignore-lua
 
 test: deps-test $(foreach v,$(LUA_VERSIONS),$(call MODULE,$(v)))
 	@rm -rf $(TAP_DIR)
@@ -101,11 +298,14 @@ test: deps-test $(foreach v,$(LUA_VERSIONS),$(call MODULE,$(v)))
 	@$(SUITE) c-budget $(MAKE) -s ctest-budget
 	@for v in $(LUA_VERSIONS); do \
 	  case $$v in luajit) lua=luajit ;; *) lua=lua$$v ;; esac; \
-	  $(SUITE) busted-$$v $$lua /usr/bin/busted \
+	  $(SUITE) busted-$$v $$lua $(BUSTED) \
 	    --lpath='./lua/?.lua' --cpath="./$(BUILD)/$$v/?.so" -o TAP spec; \
 	done
-	@BACKOFF_NO_FFI=1 $(SUITE) busted-luajit-noffi luajit /usr/bin/busted \
+	@BACKOFF_NO_FFI=1 $(SUITE) busted-luajit-noffi luajit $(BUSTED) \
 	  --lpath='./lua/?.lua' --cpath="./$(BUILD)/luajit/?.so" -o TAP spec
+	@$(SUITE) busted-as-documented $(MAKE) -s busted-as-documented
+	@for v in luajit 5.4; do \
+	  $(SUITE) fresh-boot-$$v $(MAKE) -s fresh-boot V=$$v; done
 	@for v in 5.1 5.4 luajit; do \
 	  $(SUITE) asan-busted-$$v $(MAKE) -s asan-busted V=$$v; done
 	@for v in 5.1 5.4 luajit; do \
@@ -116,12 +316,13 @@ test: deps-test $(foreach v,$(LUA_VERSIONS),$(call MODULE,$(v)))
 	@$(SUITE) threads $(MAKE) -s threads
 	@$(SUITE) nginx timeout 300 lua5.4 spec/nginx/run.lua $(CURDIR)
 	@$(SUITE) nginx-fleet timeout 120 lua5.4 spec/nginx/fleet.lua $(CURDIR)
+	@$(SUITE) make-install $(MAKE) -s install-test
 	@$(SUITE) luarocks-make $(MAKE) -s rock-test
 	@$(SUITE) luacheck $(MAKE) -s lint
 	@sh spec/tap-summary $(TAP_DIR)
 
 # the core must build with no Lua include path at all
-core-alone:
+core-alone: deps-cc
 	@mkdir -p $(BUILD)
 	@for f in $(CORE_SRC); do \
 	  $(CC) $(WARN) -Werror -c $$f -o $(BUILD)/alone.o || exit 1; \
@@ -129,7 +330,7 @@ core-alone:
 	done
 
 # C tests of the core (cmocka, TAP output) under ASan and UBSan
-$(BUILD)/test_backoff: spec/c/test_backoff.c $(CORE)
+$(BUILD)/test_backoff: spec/c/test_backoff.c $(CORE) | deps-ctest
 	@mkdir -p $(@D)
 	$(CC) -O1 -g $(WARN) -Werror $(SANITIZE) -Icsrc -o $@ \
 	  spec/c/test_backoff.c $(CORE_SRC) -lcmocka -lm
@@ -138,7 +339,7 @@ ctest: $(BUILD)/test_backoff
 	@CMOCKA_MESSAGE_OUTPUT=TAP $(BUILD)/test_backoff
 
 # C tests of the budget core (cmocka, TAP) under ASan and UBSan
-$(BUILD)/test_budget: spec/c/test_budget.c csrc/backoff_budget.c csrc/backoff_budget.h
+$(BUILD)/test_budget: spec/c/test_budget.c csrc/backoff_budget.c csrc/backoff_budget.h | deps-ctest
 	@mkdir -p $(@D)
 	$(CC) -O1 -g $(WARN) -Werror $(SANITIZE) -Icsrc -o $@ \
 	  spec/c/test_budget.c csrc/backoff_budget.c -lcmocka
@@ -146,54 +347,40 @@ $(BUILD)/test_budget: spec/c/test_budget.c csrc/backoff_budget.c csrc/backoff_bu
 ctest-budget: $(BUILD)/test_budget
 	@CMOCKA_MESSAGE_OUTPUT=TAP $(BUILD)/test_budget
 
-# the other build path: `luarocks make` into a private tree, then the
-# specs against the installed rock only (run from a copy with no lua/,
-# build/ or .busted, so nothing from this tree can be picked up)
-ROCK := $(BUILD)/rock
-rock-test:
-	@for f in $(CORE_SRC) $(BINDING_SRC) $$(find lua -name '*.lua'); do \
-	  grep -q "\"$$f\"" rockspec/*.rockspec || \
-	  { echo "not ok - the rockspec does not install $$f"; exit 1; }; done; \
-	  echo "ok - the rockspec has every C source and Lua module of the tree"
-	@rm -rf $(ROCK) && mkdir -p $(ROCK)/src $(ROCK)/run
-	@cp -r csrc lua bin rockspec $(ROCK)/src/ && cp -r spec $(ROCK)/run/
-	@cd $(ROCK)/src && luarocks make --tree ../tree >../make.log 2>&1 \
-	  || { cat ../make.log; exit 1; }
-	@cd $(ROCK)/run && eval "$$(luarocks path --tree ../tree)" && \
-	  test -f ../tree/lib/lua/5.1/backoff/core.so && \
-	  test -f ../tree/share/lua/5.1/backoff.lua && \
-	  echo "ok - luarocks make installed backoff into a tree" && \
-	  test "$$(../tree/bin/backoff-delays -a LIMD --initial-delay 2 \
-	    --min-delay 1 --delay-increment-on-failure 4 \
-	    --delay-multiple-on-success 0.2 0 0 0 1 1 1 0 0 0 | tr '\n' ' ')" \
-	    = "2 6 10 2 1 1 5 9 13 " && \
-	  echo "ok - the installed backoff-delays prints the LIMD example" && \
-	  lua5.1 /usr/bin/busted -o TAP spec && \
-	  luajit /usr/bin/busted -o TAP spec/12-ffi_spec.lua
-	@cd $(ROCK)/src && luarocks --lua-version 5.4 make --tree ../tree \
-	  >../make54.log 2>&1 || { cat ../make54.log; exit 1; }
-	@cd $(ROCK)/run && \
-	  eval "$$(luarocks --lua-version 5.4 path --tree ../tree)" && \
-	  lua5.4 -e 'b = require "backoff"' \
-	    -e 'p = package.searchpath("backoff.core", package.cpath)' \
-	    -e 'assert(p:find("tree/lib/lua/5.4/", 1, true), p)' \
-	    -e 'assert(b.exponential{initial_delay = 1}:failure(0) == 1)' && \
-	  grep -q 'lua5\.4' ../tree/bin/backoff-delays && \
-	  grep -q 'lua5\.1' ../tree/bin/backoff-delays~ && \
-	  echo "ok - luarocks --lua-version 5.4 make: lua5.4 loads the rock;" \
-	    "backoff-delays now runs lua5.4, the 5.1 one is kept as backoff-delays~"
+# `busted` alone, as the README says to run it after `make`: .busted
+# names lua5.4 (Debian's `lua` may be 5.2, whose busted cannot load the
+# 5.4 module) and the paths of the 5.4 build
+busted-as-documented: deps-busted $(call MODULE,5.4)
+	@busted -o TAP
+
+# The specs inside a time namespace whose monotonic and boot clocks read
+# one minute after boot, as on a machine booted a minute ago: no test
+# may depend on the clock's absolute value or the machine's uptime
+# (V = luajit or 5.4; no root needed: unshare -r)
+fresh-boot: deps-fresh-boot $(call MODULE,$(V))
+	@sh spec/fresh-boot $(call lua_bin,$(V)) ./$(BUILD)/$(V)/?.so
+
+# make install into scratch trees (5.1, 5.4, LuaJIT, OpenResty's layout),
+# then require "backoff" from there only: lua5.1, lua5.4, luajit, nginx
+install-test: deps-install-test $(foreach v,5.1 5.4 luajit,$(call MODULE,$(v)))
+	@MAKE='$(MAKE)' timeout 300 lua5.4 spec/install/run.lua $(CURDIR)
+
+# the other build path: `luarocks make` into a private tree from a copy
+# of the checkout, then the specs against the installed rock only
+rock-test: deps-rock-test
+	@sh spec/rock/run.sh $(CURDIR) $(BUILD)/rock-test
 
 # the whole busted suite against the sanitizer build (LD_PRELOAD puts
 # the ASan runtime first, as a plain lua binary is not instrumented)
 ASAN_RT = $(shell $(CC) -print-file-name=libasan.so)
-asan-busted: $(BUILD)/asan-$(V)/backoff/core.so
+asan-busted: deps-asan $(BUILD)/asan-$(V)/backoff/core.so
 	@LD_PRELOAD=$(ASAN_RT) ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 \
 	  UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
-	  $(call lua_bin,$(V)) /usr/bin/busted --lpath='./lua/?.lua' \
+	  $(call lua_bin,$(V)) $(BUSTED) --lpath='./lua/?.lua' \
 	  --cpath='./$(BUILD)/asan-$(V)/?.so' -o TAP spec
 
-# valgrind over the smoke script (V = 5.1, 5.4 or luajit)
-valgrind: $(call MODULE,$(V))
+# valgrind over the smoke script (V = 5.1, 5.4 or luajit; default 5.4)
+valgrind: deps-valgrind $(call MODULE,$(V))
 	@$(call LUA_ENV,$(V)) valgrind -q --error-exitcode=1 --leak-check=full \
 	  --errors-for-leak-kinds=definite,indirect --track-origins=yes \
 	  $(call lua_bin,$(V)) spec/valgrind_smoke.lua \
@@ -201,7 +388,7 @@ valgrind: $(call MODULE,$(V))
 
 # C programs hosting Lua 5.4 with the module linked in, under ASan+UBSan
 LUA_HOSTS := $(BUILD)/allocfail $(BUILD)/forged
-$(LUA_HOSTS): $(BUILD)/%: spec/c/%.c $(CORE) $(BINDING)
+$(LUA_HOSTS): $(BUILD)/%: spec/c/%.c $(CORE) $(BINDING) | deps-lua54-host
 	@mkdir -p $(@D)
 	$(CC) -O1 -g $(WARN) -Werror $(SANITIZE) -I$(call lua_inc,5.4) -Icsrc \
 	  -o $@ $< $(CORE_SRC) $(BINDING_SRC) -llua5.4 -lm
@@ -217,7 +404,7 @@ forged: $(BUILD)/forged
 
 # libFuzzer on the core: make fuzz FUZZ_TIME=600 (seconds)
 FUZZ_TIME ?= 60
-$(BUILD)/fuzz_backoff: spec/fuzz/fuzz_backoff.c $(CORE)
+$(BUILD)/fuzz_backoff: spec/fuzz/fuzz_backoff.c $(CORE) | deps-fuzz
 	@mkdir -p $(@D)
 	clang -O1 -g -std=c99 -fsanitize=fuzzer,address,undefined \
 	  -fno-sanitize-recover=all -Icsrc -o $@ spec/fuzz/fuzz_backoff.c \
@@ -233,7 +420,7 @@ fuzz: $(BUILD)/fuzz_backoff
 	  else cat $(BUILD)/fuzz.log | tail -n 40; echo "not ok - libFuzzer found a failure"; exit 1; fi
 
 # threads each driving their own objects, under TSan
-$(BUILD)/threads: spec/c/threads.c $(CORE)
+$(BUILD)/threads: spec/c/threads.c $(CORE) | deps-cc
 	@mkdir -p $(@D)
 	$(CC) -O1 -g $(WARN) -Werror -fsanitize=thread -pthread -Icsrc -o $@ \
 	  spec/c/threads.c $(CORE_SRC) -lm
@@ -241,48 +428,68 @@ $(BUILD)/threads: spec/c/threads.c $(CORE)
 threads: $(BUILD)/threads
 	@TSAN_OPTIONS=halt_on_error=1 $(BUILD)/threads
 
-# ---- benchmarks (not part of make test) ----------------------------
+lint: deps-lint
+	@luacheck -q --no-color lua spec examples bench bin/backoff-delays && echo "ok - luacheck: no warnings"
+	@h=$$($(MAKE) -s help); missing=; \
+	  for t in $(filter-out all,$(TARGETS)); do \
+	    printf '%s\n' "$$h" | grep -qE "(^|, )make $$t( |,|$$)" || \
+	      missing="$$missing $$t"; done; \
+	  if [ -z "$$missing" ]; then echo "ok - make help lists every target"; \
+	  else echo "not ok - make help does not list:$$missing"; exit 1; fi
 
-$(BUILD)/%/bench_empty.so: bench/empty.c
+# ---- benchmarks (not part of make test) ----------------------------
+# Each writes its figures into a results file under bench/ (through
+# bench/record: date, commit, machine, the exact commands, their output)
+
+RECORD = sh bench/record
+
+$(BUILD)/%/bench_empty.so: bench/empty.c | deps-lua-%
 	@mkdir -p $(@D)
 	$(CC) -O2 -std=c99 -fPIC -I$(call lua_inc,$*) -o $@ bench/empty.c $(LIBFLAG)
-
-bench: deps-test $(call MODULE,5.4) $(call MODULE,luajit) \
-       $(BUILD)/5.4/bench_empty.so $(BUILD)/luajit/bench_empty.so
-	@$(call LUA_ENV,5.4) lua5.4 bench/bench.lua
-	@echo
-	@$(call LUA_ENV,luajit) luajit bench/bench.lua
-	@echo
-	@$(call LUA_ENV,luajit) luajit bench/herd.lua --csv $(BUILD)/herd.csv \
-	  --svg $(BUILD)/herd.svg
-	@echo
-	@$(call LUA_ENV,5.4) lua5.4 bench/deadline.lua
-	@echo
-	@$(OUTAGE)
 
 # a full outage in virtual time (about 9 s of CPU): build/outage.csv, .svg
 OUTAGE = $(call LUA_ENV,luajit) luajit bench/outage.lua \
 	  --csv $(BUILD)/outage.csv --svg $(BUILD)/outage.svg
-.PHONY: outage
-outage: deps-test $(call MODULE,luajit)
+HERD = $(call LUA_ENV,luajit) luajit bench/herd.lua --csv $(BUILD)/herd.csv \
+	  --svg $(BUILD)/herd.svg
+
+bench: deps-bench $(call MODULE,5.4) $(call MODULE,luajit) \
+       $(BUILD)/5.4/bench_empty.so $(BUILD)/luajit/bench_empty.so
+	@$(RECORD) start $(BUILD)/results.md "make bench"
+	@$(RECORD) run $(BUILD)/results.md "Call costs, Lua 5.4" \
+	  "$(call LUA_ENV,5.4) lua5.4 bench/bench.lua"
+	@$(RECORD) run $(BUILD)/results.md "Call costs, LuaJIT" \
+	  "$(call LUA_ENV,luajit) luajit bench/bench.lua"
+	@$(RECORD) run $(BUILD)/results.md "The thundering herd" "$(HERD)"
+	@$(RECORD) run $(BUILD)/results.md "The deadline" \
+	  "$(call LUA_ENV,5.4) lua5.4 bench/deadline.lua"
+	@$(RECORD) run $(BUILD)/results.md "Retry storms: the outage" "$(OUTAGE)"
+	@mv $(BUILD)/results.md bench/results.md
+	@echo "figures written to bench/results.md"
+
+outage: deps-outage $(call MODULE,luajit)
 	@$(OUTAGE)
 
 # worker CPU per request of a backoff.retry handler / a pcall handler in
-# a real nginx (1 worker, wrk, 127.0.0.1): `make bench-nginx`
-.PHONY: bench-nginx
-bench-nginx: deps-test $(call MODULE,luajit)
-	@sh .ci/deps wrk
-	@timeout 300 lua5.4 bench/nginx.lua $(CURDIR)
+# a real nginx (1 worker, wrk, 127.0.0.1)
+bench-nginx: deps-bench-nginx $(call MODULE,luajit)
+	@$(RECORD) start $(BUILD)/results-nginx.md "make bench-nginx"
+	@$(RECORD) run $(BUILD)/results-nginx.md "backoff.retry in a real nginx" \
+	  "timeout 300 lua5.4 bench/nginx.lua $(CURDIR)"
+	@mv $(BUILD)/results-nginx.md bench/results-nginx.md
+	@echo "figures written to bench/results-nginx.md"
 
 # the herd again, by bench/herd_reference.py: the blog's model written
-# independently in Python, compared figure by figure with the CSV above
-herd-reference:
-	@sh .ci/deps python3
-	@test -f $(BUILD)/herd.csv || $(MAKE) -s bench
-	@python3 bench/herd_reference.py --csv $(BUILD)/herd.csv
+# independently in Python, compared figure by figure with herd.lua's CSV
+$(BUILD)/herd.csv: | deps-herd-reference $(call MODULE,luajit)
+	@$(HERD)
 
-lint:
-	@luacheck -q --no-color lua spec examples bench bin/backoff-delays && echo "ok - luacheck: no warnings"
+herd-reference: deps-herd-reference $(BUILD)/herd.csv
+	@$(RECORD) start $(BUILD)/results-herd.md "make herd-reference"
+	@$(RECORD) run $(BUILD)/results-herd.md "The herd, independent model" \
+	  "python3 bench/herd_reference.py --csv $(BUILD)/herd.csv"
+	@mv $(BUILD)/results-herd.md bench/results-herd-reference.md
+	@echo "figures written to bench/results-herd-reference.md"
 
 clean:
-	rm -rf $(BUILD) csrc/*.o csrc/*.so
+	rm -rf $(BUILD) backoff csrc/*.o csrc/*.so

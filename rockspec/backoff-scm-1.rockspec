@@ -23,30 +23,27 @@ test_dependencies = {
 test = {
   type = "busted",
 }
+-- The Makefile builds the rock (its rock-build and rock-install targets),
+-- so the sources are listed in one place only, and everything is built
+-- under build/rock/: nothing lands where a Lua started in the checkout
+-- would load it (5.1 and LuaJIT look in ./?.so first).  The module is
+-- built with -fvisibility=hidden; backoff-delays is installed as
+-- backoff-delays-5.x, one per Lua version, so that rocks for several
+-- versions can share a tree.
 build = {
-  type = "builtin",
-  modules = {
-    backoff = "lua/backoff.lua",
-    ["backoff.cli"] = "lua/backoff/cli.lua",
-    ["backoff.ffi"] = "lua/backoff/ffi.lua",
-    ["backoff.retry_after"] = "lua/backoff/retry_after.lua",
-    ["backoff.budget"] = "lua/backoff/budget.lua",
-    ["backoff.balancer"] = "lua/backoff/balancer.lua",
-    ["backoff.core"] = {
-      -- the Makefile's CORE_SRC and BINDING_SRC
-      sources = { "csrc/backoff.c", "csrc/backoff_options.c",
-                  "csrc/backoff_rules.c", "csrc/backoff_budget.c",
-                  "csrc/lbackoff_aux.c", "csrc/lbackoff_env.c",
-                  "csrc/lbackoff_object.c", "csrc/lbackoff_ffi.c",
-                  "csrc/lbackoff_options.c", "csrc/lbudget.c",
-                  "csrc/lbackoff_methods.c", "csrc/lbackoff.c" },
-      -- the core's symbols stay inside the module (backoff.h)
-      defines = { "BACKOFF_HIDDEN" },
-      incdirs = { "csrc" },
-      libraries = { "m" },
-    },
+  type = "make",
+  build_target = "rock-build",
+  install_target = "rock-install",
+  build_variables = {
+    CFLAGS = "$(CFLAGS)",
+    LIBFLAG = "$(LIBFLAG)",
+    LUA_INCDIR = "$(LUA_INCDIR)",
+    LUA = "$(LUA)",
   },
-  install = {
-    bin = { ["backoff-delays"] = "bin/backoff-delays" },
+  install_variables = {
+    LUA = "$(LUA)",
+    LUADIR = "$(LUADIR)",
+    LIBDIR = "$(LIBDIR)",
+    BINDIR = "$(BINDIR)",
   },
 }
