@@ -315,6 +315,22 @@ static int f_new(lua_State *L) {
                     lbackoff_repr(L, 1));
 }
 
+/* core._options: strategy -> the names of the options it takes, in the
+   table's order (for tools and the docs' completeness spec) */
+static void push_option_lists(lua_State *L) {
+  int s, i, n;
+  lua_createtable(L, 0, BACKOFF_NSTRATEGIES);
+  for (s = 0; s < BACKOFF_NSTRATEGIES; s++) {
+    lua_newtable(L);
+    for (i = 0, n = 0; backoff_options[i].name != NULL; i++) {
+      if (!((backoff_options[i].accepted >> s) & 1u)) continue;
+      lua_pushstring(L, backoff_options[i].name);
+      lua_rawseti(L, -2, ++n);
+    }
+    lua_setfield(L, -2, backoff_strategy_name(s));
+  }
+}
+
 void lbackoff_open_constructors(lua_State *L, int M, int mt, int state) {
   int s, names, numbers, options;
   lua_createtable(L, BACKOFF_NSTRATEGIES, 0);
@@ -345,6 +361,8 @@ void lbackoff_open_constructors(lua_State *L, int M, int mt, int state) {
   lua_pushvalue(L, options);
   lua_pushcclosure(L, f_new, 4);
   lua_setfield(L, M, "new");
+  push_option_lists(L);
+  lua_setfield(L, M, "_options");
   lua_pop(L, 2);
   lua_setfield(L, M, "strategies");
 }
