@@ -59,6 +59,9 @@ static int factor_without_use(backoff_setup *s, int factor,
 static int finish_jitter(backoff_setup *s, backoff_problem *p) {
   backoff_config *c = &s->config;
   if (c->strategy == BACKOFF_EVENTSAUCE) {
+    /* JitterAfterThreshold's inner jitter is FullJitter by default */
+    if (given(s, O_JITTER_THRESHOLD) && !given(s, O_JITTER))
+      c->jitter = BACKOFF_JITTER_FULL;
     if (c->jitter == BACKOFF_JITTER_SCATTERED)
       return given(s, O_RANGE) ? BACKOFF_OK
                : problem(p, BACKOFF_P_NEEDS, O_JITTER, O_RANGE);

@@ -177,6 +177,10 @@ describe("eventsauce (EventSauce BackOff)", function()
          es("scattered", MAXD, { range = 0.5 }), 1e-3)
     near({ 100, 200, 325, 525, 925, 1375, 1375 },
          es("full", 0.5, { jitter_threshold = 0.25 }))
+    -- JitterAfterThreshold's inner jitter is FullJitter by default
+    near({ 100, 200, 325, 525 }, run(backoff.eventsauce {
+      initial_delay = 0.1, max_tries = 15, jitter_threshold = 0.25,
+      random = draws(0.5) }, 4))
   end)
 
   it("max_tries n sleeps n times and gives up at try n + 1; -1 is no "
