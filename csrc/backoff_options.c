@@ -173,12 +173,6 @@ BACKOFF_API int backoff_config_init(backoff_config *c, int s) {
 /* the table                                                         */
 /* ----------------------------------------------------------------- */
 
-#define S(x) ((backoff_strategies)1 << BACKOFF_##x)
-#define ALL (((backoff_strategies)1 << BACKOFF_NSTRATEGIES) - 1)
-#define PERL (((backoff_strategies)1 << BACKOFF_FIRST_SYSTEM) - 1)
-#define ID_STRATEGIES (S(LILD) | S(LIMD) | S(MILD) | S(MIMD))
-#define COUNTS_ATTEMPTS (PERL | S(GOOGLE) | S(CENKALTI) | \
-                         S(DECORRELATED_V2) | S(AWS))
 
 #define K(x) BACKOFF_K_##x
 #define R(x) BACKOFF_R_##x
@@ -230,7 +224,7 @@ BACKOFF_API int backoff_setup_init(backoff_setup *s, int strategy) {
   s->max_retries = 0;
   s->draws = NULL;
   s->start = 0;
-  memset(s->given, 0, sizeof s->given);
+  s->given = 0;
   s->checked = 0;
   return BACKOFF_OK;
 }

@@ -116,7 +116,7 @@ typedef struct backoff_option {
 BACKOFF_API const backoff_option backoff_options[];
 
 /* Room for this many options in backoff_setup.given (the option table
-   fails to compile when it has more rows: raise it then). */
+   fails to compile when it has more rows: widen given then). */
 #define BACKOFF_MAX_OPTIONS 64
 
 /* Everything an options list sets, before an object exists. */
@@ -127,7 +127,7 @@ typedef struct backoff_setup {
   uint64_t max_retries;   /* max_retries, until finish makes it attempts */
   const backoff_draws *draws;  /* lent to the object by backoff_init_setup
                                   (NULL: its generator) */
-  uint32_t given[BACKOFF_MAX_OPTIONS / 32];   /* bit i: row i was set */
+  uint64_t given;          /* bit i: row i was set */
   int checked;            /* 1 after backoff_setup_finish accepted it */
 } backoff_setup;
 
@@ -207,6 +207,14 @@ BACKOFF_API int backoff_init_setup(backoff_t *b, const backoff_setup *s,
 
 #ifdef BACKOFF_OPTIONS_INTERNAL
 
+/* sets of strategies, as the list below writes them */
+#define S(x) ((backoff_strategies)1 << BACKOFF_##x)
+#define ALL (((backoff_strategies)1 << BACKOFF_NSTRATEGIES) - 1)
+#define PERL (((backoff_strategies)1 << BACKOFF_FIRST_SYSTEM) - 1)
+#define ID_STRATEGIES (S(LILD) | S(LIMD) | S(MILD) | S(MIMD))
+#define COUNTS_ATTEMPTS (PERL | S(GOOGLE) | S(CENKALTI) | \
+                         S(DECORRELATED_V2) | S(AWS))
+
 /*
 ** Every option, one line each: its enumerator O_<ID> and its row come
 ** from the same line, so they cannot drift apart.  Adding a numeric
@@ -216,8 +224,7 @@ BACKOFF_API int backoff_init_setup(backoff_t *b, const backoff_setup *s,
 **  ID, name, kind, range, show, offset, flag, accepted, required, alias
 **
 ** Strategy sets: PERL (the ten strategies of the Perl family), S(x) one
-** strategy, ALL, COUNTS_ATTEMPTS (those limited by attempts), as defined
-** in backoff_options.c.  A system's option of the same name as another
+** strategy, ALL, COUNTS_ATTEMPTS (those limited by attempts), above.  A system's option of the same name as another
 ** (multiplier, initial_delay) is a row of its own: its rule differs.
 */
 #define OPTIONS(X) \
@@ -361,20 +368,32 @@ BACKOFF_API int backoff_init_setup(backoff_t *b, const backoff_setup *s,
 #define AS_ENUM(id, ...) O_##id,
 enum backoff_row { OPTIONS(AS_ENUM) O_COUNT };
 
-/* more rows than backoff_setup.given has bits: raise BACKOFF_MAX_OPTIONS */
+/* more rows than backoff_setup.given has bits: widen it */
 typedef char every_option_fits_in_given[
-  O_COUNT <= BACKOFF_MAX_OPTIONS ? 1 : -1];
+  O_COUNT <= BACKOFF_MAX_OPTIONS &&
+  BACKOFF_MAX_OPTIONS <= 8 * sizeof(uint64_t) ? 1 : -1];
 
 static inline int accepts(const backoff_option *o, int s) {
   return (o->accepted >> s) & 1u;
 }
 
 static inline int given(const backoff_setup *s, int option) {
-  return (s->given[option / 32] >> (option % 32)) & 1u;
+  return (int)((s->given >> option) & 1u);
 }
 
 static inline void mark_given(backoff_setup *s, int option) {
-  s->given[option / 32] |= (uint32_t)1 << (option % 32);
+  s->given |= (uint64_t)1 << option;
+}
+
+/* the lowest row of a non-empty set of rows */
+static inline int lowest_row(uint64_t rows) {
+#if defined(__GNUC__)
+  return __builtin_ctzll(rows);
+#else
+  int i = 0;
+  while (!((rows >> i) & 1u)) i++;
+  return i;
+#endif
 }
 
 /* fill *p (when not NULL); returns BACKOFF_EINVAL */

@@ -19,10 +19,11 @@
    both (checked in row order, whatever the table order was); alone,
    it sets each of them */
 static int finish_aliases(backoff_setup *s, backoff_problem *p) {
+  uint64_t rows;
   int i, k;
-  for (i = 0; i < O_COUNT; i++) {
-    const backoff_option *o = &backoff_options[i];
-    if (o->kind != BACKOFF_K_ALIAS || !given(s, i)) continue;
+  for (rows = s->given; rows != 0; rows &= rows - 1) {  /* given rows */
+    const backoff_option *o = &backoff_options[i = lowest_row(rows)];
+    if (o->kind != BACKOFF_K_ALIAS) continue;
     for (k = 0; k < 2 && o->alias_of[k] >= 0; k++)
       if (given(s, o->alias_of[k]))
         return problem(p, BACKOFF_P_CONFLICT, i, o->alias_of[k]);
@@ -33,11 +34,21 @@ static int finish_aliases(backoff_setup *s, backoff_problem *p) {
 }
 
 
+/* the rows some strategy requires, as one constant of the list */
+#define REQUIRED_ROW(id, name, kind, range, show, offset, flag, accepted, \
+                     required, alias) \
+  | ((uint64_t)((required) != 0) << O_##id)
+static const uint64_t required_rows = 0 OPTIONS(REQUIRED_ROW);
+
+/* the first required row not given, in row order */
 static int finish_required(const backoff_setup *s, backoff_problem *p) {
+  uint64_t rows;
   int i, st = s->config.strategy;
-  for (i = 0; i < O_COUNT; i++)
-    if ((backoff_options[i].required >> st) & 1u && !given(s, i))
+  for (rows = required_rows & ~s->given; rows != 0; rows &= rows - 1) {
+    i = lowest_row(rows);
+    if ((backoff_options[i].required >> st) & 1u)
       return problem(p, BACKOFF_P_MISSING, i, -1);
+  }
   return BACKOFF_OK;
 }
 
