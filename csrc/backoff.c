@@ -320,11 +320,11 @@ static int record_special(backoff_t *b, double ts, double raw, double hint,
 
 /* steps 1 and 2 and the hint's limits: 1 when the failure gives up (*r
    filled), else 0 with the attempt counted */
-PIPELINE int gives_up(backoff_t *b, double ts, double hint,
+PIPELINE int gives_up(backoff_t *b, double ts, double hint, int step1,
                       backoff_result *r) {
   const backoff_config *c = &b->cfg;
   /* step 1; a duration give-up lasts (timestamps may step back) */
-  if (c->max_actual_duration > 0 &&
+  if (step1 && c->max_actual_duration > 0 &&
       (b->expired || fin(ts - b->start) >= c->max_actual_duration)) {
     b->expired = 1;
     return give_up(b, ts, r, BACKOFF_MAX_DURATION) == BACKOFF_OK;
@@ -363,7 +363,10 @@ static int special_failure(backoff_t *b, double ts, double hint,
     b->expired = 1;
     return give_up(b, ts, r, BACKOFF_MAX_DURATION);
   }
-  if (gives_up(b, ts, hint, r)) return BACKOFF_OK;
+  /* Google and cenkalti keep max_elapsed_time as max_actual_duration,
+     under rules of their own: only the hint's limit is the common one */
+  if (gives_up(b, ts, hint, s != BACKOFF_GOOGLE && s != BACKOFF_CENKALTI, r))
+    return BACKOFF_OK;
   if (c->fast_first && b->attempts == 1) {
     raw = 0;
   } else {
@@ -371,9 +374,9 @@ static int special_failure(backoff_t *b, double ts, double hint,
       case BACKOFF_GOOGLE: raw = interval_delay(b) / 1e3; break;
       case BACKOFF_CENKALTI:
         ns = interval_delay(b);
-        if (c->p.google.max_elapsed_time > 0 &&
+        if (c->max_actual_duration > 0 &&      /* max_elapsed_time */
             fin(elapsed_ns(b, ts) + ns) >
-              whole_units(c->p.google.max_elapsed_time, 1e9))
+              whole_units(c->max_actual_duration, 1e9))
           return give_up(b, ts, r, BACKOFF_MAX_DURATION);
         raw = ns / 1e9;
         break;
@@ -398,7 +401,7 @@ PIPELINE int failure(backoff_t *b, double ts, double hint,
   double raw;
   ts = effective_ts(b, ts);
   if (b->cfg.special) return special_failure(b, ts, hint, r);
-  if (gives_up(b, ts, hint, r)) return BACKOFF_OK;
+  if (gives_up(b, ts, hint, 1, r)) return BACKOFF_OK;
   /* step 3 */
   raw = raw_failure(b, b->attempts, 0);
   return hint > 0 ? record_hint(b, ts, raw, hint, r) : record(b, ts, raw, r);
@@ -458,10 +461,6 @@ BACKOFF_API void backoff_init_trusted(backoff_t *b, const backoff_config *c,
     b->cfg.cap_then_jitter = 0;
     b->cfg.min_delay = 0;
     if (c->strategy != BACKOFF_DECORRELATED_V2) b->cfg.fast_first = 0;
-    if (c->strategy == BACKOFF_GOOGLE || c->strategy == BACKOFF_CENKALTI) {
-      b->cfg.max_actual_duration = 0;   /* max_elapsed_time instead */
-      b->cfg.has_max_delay = 0;         /* max_interval instead */
-    }
   }
   /* off the Perl family's own path: a system, fast_first, the
      references' order, or a jitter band that min_delay may cut */

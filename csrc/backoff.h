@@ -132,13 +132,14 @@ typedef union backoff_params {
   struct { double initial_delay, delay_multiple_on_failure,
                   delay_multiple_on_success; } mimd;
   struct { double initial_delay, multiplier, delay_on_success; } decorrelated;
-  /* google and cenkalti: the Java and Go fields, in seconds */
-  struct { double initial_interval, randomization_factor, multiplier,
-                  max_interval, max_elapsed_time; } google;
-  /* eventsauce: max_tries -1 is unlimited; jitter_threshold 0 is none */
-  struct { double initial_delay, base, max_tries,
-                  jitter_threshold; } eventsauce;
-  struct { double delay, unused, max_retry_attempts; } polly;
+  /* google and cenkalti: the Java and Go fields, in seconds; the others
+     are common fields: randomization_factor is jitter_factor,
+     max_interval max_delay, max_elapsed_time max_actual_duration */
+  struct { double initial_interval, multiplier; } google;
+  /* eventsauce: jitter_threshold 0 is none; max_tries is max_attempts */
+  struct { double initial_delay, base, jitter_threshold; } eventsauce;
+  /* polly: max_retry_attempts is max_attempts */
+  struct { double delay; } polly;
   struct { double median_first_retry_delay; } decorrelated_v2;
   struct { double base; } aws;      /* at initial_delay's place */
 } backoff_params;

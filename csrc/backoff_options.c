@@ -130,16 +130,16 @@ BACKOFF_API int backoff_config_init(backoff_config *c, int s) {
     case BACKOFF_GOOGLE: case BACKOFF_CENKALTI:
       /* the defaults of both: 0.5 s, 0.5, 1.5, 60 s, 15 min */
       d.p.google.initial_interval = 0.5;
-      d.p.google.randomization_factor = 0.5;
+      d.jitter_factor = 0.5;              /* randomization_factor */
       d.p.google.multiplier = 1.5;
-      d.p.google.max_interval = 60;
-      d.p.google.max_elapsed_time = 900;
+      d.has_max_delay = 1;                /* max_interval */
+      d.max_delay = 60;
+      d.max_actual_duration = 900;        /* max_elapsed_time */
       break;
     case BACKOFF_EVENTSAUCE:
       /* ExponentialBackOffStrategy's: 2.5 s, base 2.0, unlimited */
       d.backoff_type = BACKOFF_TYPE_EXPONENTIAL;
       d.p.eventsauce.base = 2;
-      d.p.eventsauce.max_tries = -1;
       d.has_max_delay = 1;
       d.max_delay = 2.5;
       break;
@@ -147,8 +147,7 @@ BACKOFF_API int backoff_config_init(backoff_config *c, int s) {
       /* RetryStrategyOptions': constant 2 s, 3 retries, no jitter */
       d.backoff_type = BACKOFF_TYPE_CONSTANT;
       d.p.polly.delay = 2;
-      d.p.polly.max_retry_attempts = 3;
-      d.max_attempts = 4;
+      d.max_attempts = 4;                 /* max_retry_attempts 3 */
       break;
     case BACKOFF_AWS: d.jitter = BACKOFF_JITTER_FULL; break;
     case BACKOFF_RETRY_TIMEOUTS:
@@ -221,7 +220,6 @@ BACKOFF_API int backoff_setup_init(backoff_setup *s, int strategy) {
   if (backoff_config_init(&s->config, strategy) != BACKOFF_OK)
     return BACKOFF_EINVAL;
   s->seed = 0;
-  s->max_retries = 0;
   s->draws = NULL;
   s->start = 0;
   s->given = 0;
@@ -253,6 +251,10 @@ static int name_index(const backoff_value *v, int n,
   return -1;
 }
 
+static int is_number(const backoff_value *v) {
+  return v->type == BACKOFF_V_NUMBER || v->type == BACKOFF_V_INTEGER;
+}
+
 /* an integer >= 0 as uint64 (huge values saturate: "never"), or -1 */
 static int count_of(const backoff_value *v, uint64_t *out) {
   double d = v->number;
@@ -268,6 +270,34 @@ static int count_of(const backoff_value *v, uint64_t *out) {
   return 0;
 }
 
+/* N retries as max_attempts N + 1 (saturating); no limit (-1 for
+   R_TRIES, 2147483647 for R_RETRIES) as 0; -1 when v is not of range */
+static int retries_of(int range, const backoff_value *v, uint64_t *out) {
+  uint64_t n;
+  if (range == BACKOFF_R_COUNT) {
+    if (count_of(v, &n) != 0) return -1;
+  } else {
+    if (!is_number(v) || !in_range(range, v->number)) return -1;
+    if ((range == BACKOFF_R_TRIES && v->number < 0) ||
+        (range == BACKOFF_R_RETRIES && v->number >= 2147483647)) {
+      *out = 0;
+      return 0;
+    }
+    n = (uint64_t)v->number;
+  }
+  *out = n == UINT64_MAX ? UINT64_MAX : n + 1;
+  return 0;
+}
+
+BACKOFF_API double backoff_retries(int option, uint64_t max_attempts) {
+  int range = option >= 0 && option < O_COUNT ? backoff_options[option].range
+                                              : BACKOFF_R_COUNT;
+  if (max_attempts == 0)
+    return range == BACKOFF_R_TRIES ? -1
+         : range == BACKOFF_R_RETRIES ? 2147483647 : 18446744073709551615.0;
+  return (double)(max_attempts - 1);
+}
+
 /* a 64-bit integer (the same seed gives the same stream everywhere) */
 static int seed_of(const backoff_value *v, uint64_t *out) {
   double d = v->number;
@@ -280,10 +310,6 @@ static int seed_of(const backoff_value *v, uint64_t *out) {
     return -1;
   *out = (uint64_t)(int64_t)d;
   return 0;
-}
-
-static int is_number(const backoff_value *v) {
-  return v->type == BACKOFF_V_NUMBER || v->type == BACKOFF_V_INTEGER;
 }
 
 /* store v into *s per row o; -1 (and nothing written) when v is not
@@ -304,6 +330,7 @@ static int store(backoff_setup *t, const backoff_option *o,
                &v->number, sizeof(double));
       return 0;
     case BACKOFF_K_COUNT: return count_of(v, (uint64_t *)at);
+    case BACKOFF_K_RETRIES: return retries_of(o->range, v, (uint64_t *)at);
     case BACKOFF_K_SEED: return seed_of(v, (uint64_t *)at);
     case BACKOFF_K_BOOL:
       if (v->type != BACKOFF_V_BOOL) return -1;
@@ -376,7 +403,7 @@ BACKOFF_API int backoff_config_check(const backoff_config *c,
   } else if (!backoff_strategy_takes_jitter(c->strategy, c->jitter)) {
     bad = O_JITTER;       /* decorrelated is random by itself, ... */
   } else if (c->strategy == BACKOFF_GOOGLE &&
-             c->p.google.max_interval < c->p.google.initial_interval) {
+             c->max_delay < c->p.google.initial_interval) {
     bad = O_GOOGLE_MAX;
   } else {
     for (i = 0; i < O_COUNT && bad < 0; i++) {

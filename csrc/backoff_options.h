@@ -64,6 +64,8 @@ BACKOFF_API int backoff_init(backoff_t *b, const backoff_config *c,
 typedef enum backoff_option_kind {
   BACKOFF_K_NUMBER = 0, /* a finite double within the row's range */
   BACKOFF_K_COUNT,      /* an integer >= 0; huge values saturate */
+  BACKOFF_K_RETRIES,    /* a number of retries N, kept as max_attempts
+                           N + 1 (the range says which integers) */
   BACKOFF_K_BOOL,
   BACKOFF_K_JITTER,     /* a jitter name the strategy takes */
   BACKOFF_K_TYPE,       /* a backoff_type name the strategy takes */
@@ -83,6 +85,7 @@ typedef enum backoff_range {
   BACKOFF_R_GE1,        /* >= 1 */
   BACKOFF_R_POSITIVE,   /* > 0 */
   BACKOFF_R_UNIT_OPEN,  /* [0, 1) */
+  BACKOFF_R_COUNT,      /* an integer >= 0; huge values saturate */
   BACKOFF_R_TRIES,      /* an integer >= -1 (-1: unlimited) */
   BACKOFF_R_RETRIES     /* an integer from 1 to 2147483647 (unlimited) */
 } backoff_range;
@@ -124,7 +127,6 @@ typedef struct backoff_setup {
   backoff_config config;
   uint64_t seed;          /* BACKOFF_K_SEED */
   double start;           /* BACKOFF_K_START */
-  uint64_t max_retries;   /* max_retries, until finish makes it attempts */
   const backoff_draws *draws;  /* lent to the object by backoff_init_setup
                                   (NULL: its generator) */
   uint64_t given;          /* bit i: row i was set */
@@ -185,6 +187,9 @@ BACKOFF_API int backoff_problem_quotes(const backoff_problem *p);
    in the configuration (seed, start, clock, aliases) */
 BACKOFF_API const void *backoff_option_field(const backoff_config *c,
                                              int option);
+/* a K_RETRIES row's value, shown from max_attempts: N retries, or for no
+   limit -1 (R_TRIES) or 2147483647 (R_RETRIES) */
+BACKOFF_API double backoff_retries(int option, uint64_t max_attempts);
 /* 1 when config() should show row `option` of *c (given: the user gave it) */
 BACKOFF_API int backoff_option_shown(const backoff_config *c, int option,
                                      int given);
@@ -271,32 +276,30 @@ BACKOFF_API int backoff_init_setup(backoff_t *b, const backoff_setup *s,
   X(GOOGLE_INITIAL, "initial_interval", K(NUMBER), R(POSITIVE), SH(ALWAYS), \
     CFG(p.google.initial_interval), NONE, S(GOOGLE), 0, NO_ALIAS) \
   X(GOOGLE_FACTOR, "randomization_factor", K(NUMBER), R(UNIT_OPEN), \
-    SH(ALWAYS), CFG(p.google.randomization_factor), NONE, S(GOOGLE), 0, \
-    NO_ALIAS) \
+    SH(ALWAYS), CFG(jitter_factor), NONE, S(GOOGLE), 0, NO_ALIAS) \
   X(GOOGLE_MULTIPLIER, "multiplier", K(NUMBER), R(GE1), SH(ALWAYS), \
     CFG(p.google.multiplier), NONE, S(GOOGLE), 0, NO_ALIAS) \
   X(GOOGLE_MAX, "max_interval", K(NUMBER), R(POSITIVE), SH(ALWAYS), \
-    CFG(p.google.max_interval), NONE, S(GOOGLE), 0, NO_ALIAS) \
+    CFG(max_delay), CFG(has_max_delay), S(GOOGLE), 0, NO_ALIAS) \
   X(GOOGLE_ELAPSED, "max_elapsed_time", K(NUMBER), R(POSITIVE), \
-    SH(ALWAYS), CFG(p.google.max_elapsed_time), NONE, S(GOOGLE), 0, \
-    NO_ALIAS) \
+    SH(ALWAYS), CFG(max_actual_duration), NONE, S(GOOGLE), 0, NO_ALIAS) \
   X(GO_INITIAL, "initial_interval", K(NUMBER), R(NONNEG), SH(ALWAYS), \
     CFG(p.google.initial_interval), NONE, S(CENKALTI), 0, NO_ALIAS) \
   X(GO_FACTOR, "randomization_factor", K(NUMBER), R(UNIT), SH(ALWAYS), \
-    CFG(p.google.randomization_factor), NONE, S(CENKALTI), 0, NO_ALIAS) \
+    CFG(jitter_factor), NONE, S(CENKALTI), 0, NO_ALIAS) \
   X(GO_MULTIPLIER, "multiplier", K(NUMBER), R(NONNEG), SH(ALWAYS), \
     CFG(p.google.multiplier), NONE, S(CENKALTI), 0, NO_ALIAS) \
   X(GO_MAX, "max_interval", K(NUMBER), R(NONNEG), SH(ALWAYS), \
-    CFG(p.google.max_interval), NONE, S(CENKALTI), 0, NO_ALIAS) \
+    CFG(max_delay), CFG(has_max_delay), S(CENKALTI), 0, NO_ALIAS) \
   X(GO_ELAPSED, "max_elapsed_time", K(NUMBER), R(NONNEG), SH(ALWAYS), \
-    CFG(p.google.max_elapsed_time), NONE, S(CENKALTI), 0, NO_ALIAS) \
+    CFG(max_actual_duration), NONE, S(CENKALTI), 0, NO_ALIAS) \
   /* EventSauce and Polly v8 (backoff_type: their classes, their enum) */ \
   X(BACKOFF_TYPE, "backoff_type", K(TYPE), 0, SH(ALWAYS), \
     CFG(backoff_type), NONE, S(EVENTSAUCE) | S(POLLY), 0, NO_ALIAS) \
   X(ES_INITIAL_DELAY, "initial_delay", K(NUMBER), R(NONNEG), SH(ALWAYS), \
     CFG(p.eventsauce.initial_delay), NONE, S(EVENTSAUCE), 0, NO_ALIAS) \
-  X(MAX_TRIES, "max_tries", K(NUMBER), R(TRIES), SH(ALWAYS), \
-    CFG(p.eventsauce.max_tries), NONE, S(EVENTSAUCE), 0, NO_ALIAS) \
+  X(MAX_TRIES, "max_tries", K(RETRIES), R(TRIES), SH(ALWAYS), \
+    CFG(max_attempts), NONE, S(EVENTSAUCE), 0, NO_ALIAS) \
   X(BASE, "base", K(NUMBER), R(NONNEG), SH(ALWAYS), \
     CFG(p.eventsauce.base), NONE, S(EVENTSAUCE), 0, NO_ALIAS) \
   X(RANGE, "range", K(NUMBER), R(UNIT), SH(ALWAYS), CFG(jitter_factor), \
@@ -308,9 +311,8 @@ BACKOFF_API int backoff_init_setup(backoff_t *b, const backoff_setup *s,
     CFG(p.polly.delay), NONE, S(POLLY), 0, NO_ALIAS) \
   X(USE_JITTER, "use_jitter", K(BOOL), 0, SH(ALWAYS), CFG(use_jitter), \
     NONE, S(POLLY), 0, NO_ALIAS) \
-  X(MAX_RETRY_ATTEMPTS, "max_retry_attempts", K(NUMBER), R(RETRIES), \
-    SH(ALWAYS), CFG(p.polly.max_retry_attempts), NONE, S(POLLY), 0, \
-    NO_ALIAS) \
+  X(MAX_RETRY_ATTEMPTS, "max_retry_attempts", K(RETRIES), R(RETRIES), \
+    SH(ALWAYS), CFG(max_attempts), NONE, S(POLLY), 0, NO_ALIAS) \
   X(MEDIAN, "median_first_retry_delay", K(NUMBER), R(NONNEG), SH(ALWAYS), \
     CFG(p.decorrelated_v2.median_first_retry_delay), NONE, \
     S(DECORRELATED_V2), S(DECORRELATED_V2), NO_ALIAS) \
@@ -329,8 +331,8 @@ BACKOFF_API int backoff_init_setup(backoff_t *b, const backoff_setup *s,
   X(MAX_ATTEMPTS, "max_attempts", K(COUNT), 0, SH(ALWAYS), \
     CFG(max_attempts), NONE, COUNTS_ATTEMPTS, 0, NO_ALIAS) \
   /* max_retries N is max_attempts N + 1 (config() shows that) */ \
-  X(MAX_RETRIES, "max_retries", K(COUNT), 0, SH(NEVER), AT(max_retries), \
-    NONE, COUNTS_ATTEMPTS, 0, NO_ALIAS) \
+  X(MAX_RETRIES, "max_retries", K(RETRIES), R(COUNT), SH(NEVER), \
+    CFG(max_attempts), NONE, COUNTS_ATTEMPTS, 0, NO_ALIAS) \
   X(MAX_DURATION, "max_actual_duration", K(NUMBER), R(NONNEG), SH(ALWAYS), \
     CFG(max_actual_duration), NONE, \
     PERL | S(EVENTSAUCE) | S(POLLY) | S(DECORRELATED_V2) | S(AWS), 0, \

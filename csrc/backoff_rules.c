@@ -90,22 +90,16 @@ static int finish_jitter(backoff_setup *s, backoff_problem *p) {
   return BACKOFF_OK;
 }
 
-/* attempts in each system's terms, as max_attempts: max_retries N (and
-   EventSauce's max_tries N, Polly's max_retry_attempts N) allow N delays
-   and give up at failure N + 1; -1 (EventSauce) and int.MaxValue
-   (Polly) are unlimited */
+/* attempts in each system's terms (stored as max_attempts: max_retries
+   N, EventSauce's max_tries N and Polly's max_retry_attempts N allow N
+   delays), and the systems' required options and cross rules */
 static int finish_attempts(backoff_setup *s, backoff_problem *p) {
   backoff_config *c = &s->config;
-  double n;
-  if (given(s, O_MAX_RETRIES)) {
-    if (given(s, O_MAX_ATTEMPTS))
-      return problem(p, BACKOFF_P_CONFLICT, O_MAX_RETRIES, O_MAX_ATTEMPTS);
-    c->max_attempts = s->max_retries == UINT64_MAX ? UINT64_MAX
-                                                   : s->max_retries + 1;
-  }
+  if (given(s, O_MAX_RETRIES) && given(s, O_MAX_ATTEMPTS))
+    return problem(p, BACKOFF_P_CONFLICT, O_MAX_RETRIES, O_MAX_ATTEMPTS);
   if (c->strategy == BACKOFF_EVENTSAUCE) {
     if (c->backoff_type == BACKOFF_TYPE_IMMEDIATELY_FAILING) {
-      c->max_attempts = 1;
+      c->max_attempts = 1;        /* it never sleeps */
       return BACKOFF_OK;
     }
     if (c->backoff_type != BACKOFF_TYPE_NO_WAITING) {
@@ -114,15 +108,9 @@ static int finish_attempts(backoff_setup *s, backoff_problem *p) {
       if (!given(s, O_MAX_TRIES))
         return problem(p, BACKOFF_P_MISSING, O_MAX_TRIES, -1);
     }
-    n = c->p.eventsauce.max_tries;
-    c->max_attempts = n < 0 ? 0 : (uint64_t)n + 1;
-  }
-  if (c->strategy == BACKOFF_POLLY) {
-    n = c->p.polly.max_retry_attempts;
-    c->max_attempts = n >= 2147483647 ? 0 : (uint64_t)n + 1;
   }
   if (c->strategy == BACKOFF_GOOGLE &&
-      c->p.google.max_interval < c->p.google.initial_interval)
+      c->max_delay < c->p.google.initial_interval)
     return problem(p, BACKOFF_P_BELOW, O_GOOGLE_MAX, O_GOOGLE_INITIAL);
   return BACKOFF_OK;
 }
@@ -170,6 +158,7 @@ BACKOFF_API int backoff_setup_finish(backoff_setup *s, backoff_problem *p) {
 static const char *rule_text(const backoff_option *o, int s) {
   switch (o->kind) {
     case BACKOFF_K_COUNT: return "an integer >= 0";
+    case BACKOFF_K_RETRIES: break;    /* by its range */
     case BACKOFF_K_BOOL: return "a boolean";
     case BACKOFF_K_JITTER:
       switch (s) {
@@ -197,6 +186,7 @@ static const char *rule_text(const backoff_option *o, int s) {
     case BACKOFF_R_GE1: return "a finite number >= 1";
     case BACKOFF_R_POSITIVE: return "a finite number > 0";
     case BACKOFF_R_UNIT_OPEN: return "a number in [0, 1)";
+    case BACKOFF_R_COUNT: return "an integer >= 0";
     case BACKOFF_R_TRIES: return "an integer >= -1 (-1: no limit)";
     case BACKOFF_R_RETRIES:
       return "an integer from 1 to 2147483647 (2147483647: no limit)";

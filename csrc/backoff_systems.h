@@ -77,12 +77,12 @@ static inline double current_units(const backoff_t *b, double per) {
 }
 
 /* Google's elapsed-time rule, before anything is drawn: STOP once the
-   whole milliseconds since the start exceed max_elapsed_time (strict,
-   as Java's) */
+   whole milliseconds since the start exceed max_elapsed_time (kept as
+   max_actual_duration; strict, as Java's) */
 static inline int google_expired(const backoff_t *b, double ts) {
   double ms = elapsed_ns(b, ts) / 1e6;
   ms = ms < 0 ? ceil(ms) : floor(ms);       /* Java's long division */
-  return ms > whole_units(b->cfg.p.google.max_elapsed_time, 1e3);
+  return ms > whole_units(b->cfg.max_actual_duration, 1e3);
 }
 
 /*
@@ -98,9 +98,9 @@ static inline double interval_delay(backoff_t *b) {
   int s = c->strategy;
   double per = units_per_second(s);
   double limit = s == BACKOFF_GOOGLE ? JAVA_INT_MAX : GO_INT64_MAX;
-  double rf = c->p.google.randomization_factor;
+  double rf = c->jitter_factor;           /* randomization_factor */
   double m = c->p.google.multiplier;
-  double max = whole_units(c->p.google.max_interval, per);
+  double max = whole_units(c->max_delay, per);   /* max_interval */
   double cur = current_units(b, per);
   double r = draw(b), delta, lo, hi, value;
   if (s == BACKOFF_CENKALTI && rf == 0) {

@@ -237,11 +237,11 @@ static int push_option(lua_State *L, const lbackoff_object *o, int i) {
   switch (backoff_options[i].kind) {
     case BACKOFF_K_NUMBER:
       memcpy(&d, at, sizeof d);
-      if (backoff_options[i].range == BACKOFF_R_TRIES ||
-          backoff_options[i].range == BACKOFF_R_RETRIES)
-        lua_pushinteger(L, (lua_Integer)d);    /* counts, integral */
-      else
-        lua_pushnumber(L, (lua_Number)d);
+      lua_pushnumber(L, (lua_Number)d);
+      return 1;
+    case BACKOFF_K_RETRIES:     /* N retries: an integer, or -1 */
+      lua_pushinteger(L, (lua_Integer)backoff_retries(i,
+                        *(const uint64_t *)at));
       return 1;
     case BACKOFF_K_TYPE:
       lua_pushstring(L, backoff_type_name(*(const unsigned char *)at));
