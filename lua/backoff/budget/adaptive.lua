@@ -3,7 +3,7 @@
 -- by the workers of an nginx host.  See doc/budget.md.
 --
 -- The rule: over a sliding window (`window` seconds, 10 slices) count
--- the requests (every attempt, and every retry refused here) and the
+-- the requests (every attempt, and every retry withdraw refuses) and the
 -- accepts (attempts that succeeded); a retry is refused with
 -- probability max(0, (requests - k x accepts) / (requests + 1)), k = 2:
 -- never while the upstream accepts half the attempts, almost always
@@ -53,9 +53,9 @@ local function reject_p(self)
   return p
 end
 
--- one decision: true (allowed) or false (refused, counted as a
--- request) [, err]
-local function decide(self)
+-- one decision: true (allowed) or false (refused; withdraw counts the
+-- refused retry as a request, allows does not) [, err]
+local function decide(self, count)
   local p, err = reject_p(self)
   if not p then return false, err end
   if p > 0 then
@@ -65,7 +65,7 @@ local function decide(self)
             .. " (a number in [0, 1] expected)", 3)
     end
     if d < p then
-      self.win:add("r", 1)
+      if count then self.win:add("r", 1) end
       return false
     end
   end
@@ -82,14 +82,14 @@ function Adaptive:withdraw(cost)
     self.grants = g - 1
     return true
   end
-  return decide(self)
+  return decide(self, true)
 end
 
 -- bud:allows([cost]) -> the draw; a grant is kept for the next withdraw
 function Adaptive:allows(cost)
   check(self, "allows")
   C.count_arg(cost, "allows", "cost")
-  local ok = decide(self)
+  local ok = decide(self, false)
   if ok and self.grants < MAX_GRANTS then self.grants = self.grants + 1 end
   return ok
 end

@@ -117,8 +117,8 @@ function Dict:add(name, v)
   return self:add_at(name, v, i)
 end
 
--- the sum over the window, or nil, err when a slice is corrupt (it is
--- deleted)
+-- the sum over the window, or nil, err when a slice is corrupt (a read
+-- deletes nothing: the next write to it does, or its expiry)
 function Dict:sum(name)
   local i = slice_of(self)
   self.last = i
@@ -126,7 +126,10 @@ function Dict:sum(name)
   for j = i - self.n + 1, i do
     local v = dict:get(p .. j)
     if v ~= nil then
-      if not ok_value(v) then return nil, C.corrupt(dict, p .. j, v) end
+      if not ok_value(v) then
+        return nil, "corrupt value under key " .. C.repr(p .. j) .. " ("
+                    .. C.repr(v) .. ")"
+      end
       t = t + v
     end
   end
