@@ -122,18 +122,23 @@ end
 ------------------------------------------------------------------------
 -- methods
 
--- raise like luaL_argerror from a method: arg counts from 1 after self
-local function argerror(method, arg, msg)
-  error(("bad argument #%d to '%s' (%s)"):format(arg, method, msg), 3)
+-- Raise like luaL_argerror for argument n (counted after self) of the
+-- method two levels up (the caller of the function calling this): as
+-- lauxlib numbers them, self counts when the method was not called
+-- with a colon (pcall(b.withdraw, b, x) says #2, as the C budget).
+local getinfo = debug.getinfo
+local function argerror(n, method, msg)
+  local info = getinfo(3, "n")
+  if not (info and info.namewhat == "method") then n = n + 1 end
+  error(("bad argument #%d to '%s' (%s)"):format(n, method, msg), 4)
 end
-C.argerror = argerror
 
 -- an optional count argument (nil: dflt)
 function C.count_arg(v, method, name, dflt)
   if v == nil then return dflt end
   if not is_count(v) then
-    error(("bad argument #1 to '%s' (%s must be an integer >= 0 and <= "
-           .. "2^53 (got %s))"):format(method, name, repr(v)), 3)
+    argerror(1, method, ("%s must be an integer >= 0 and <= 2^53 (got %s)")
+             :format(name, repr(v)))
   end
   return v
 end
@@ -142,18 +147,17 @@ end
 -- and cost (nil when not given) are returned
 function C.record_args(ok, attempt, cost)
   if type(ok) ~= "boolean" then
-    error("bad argument #1 to 'record' (ok must be a boolean (got "
-          .. repr(ok) .. "))", 3)
+    argerror(1, "record", "ok must be a boolean (got " .. repr(ok) .. ")")
   end
   if attempt == nil then
     attempt = 1
   elseif not (is_count(attempt) and attempt >= 1) then
-    error("bad argument #2 to 'record' (attempt must be an integer >= 1 "
-          .. "and <= 2^53 (got " .. repr(attempt) .. "))", 3)
+    argerror(2, "record", "attempt must be an integer >= 1 and <= 2^53 "
+             .. "(got " .. repr(attempt) .. ")")
   end
   if cost ~= nil and not is_count(cost) then
-    error("bad argument #3 to 'record' (cost must be an integer >= 0 and "
-          .. "<= 2^53 (got " .. repr(cost) .. "))", 3)
+    argerror(3, "record", "cost must be an integer >= 0 and <= 2^53 (got "
+             .. repr(cost) .. ")")
   end
   return attempt, cost
 end
