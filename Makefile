@@ -114,6 +114,7 @@ test: deps-test $(foreach v,$(LUA_VERSIONS),$(call MODULE,$(v)))
 	@$(SUITE) threads $(MAKE) -s threads
 	@$(SUITE) nginx timeout 300 lua5.4 spec/nginx/run.lua $(CURDIR)
 	@$(SUITE) nginx-fleet timeout 120 lua5.4 spec/nginx/fleet.lua $(CURDIR)
+	@$(SUITE) nginx-budgets timeout 120 lua5.4 spec/nginx/fleet_budget.lua $(CURDIR)
 	@$(SUITE) luarocks-make $(MAKE) -s rock-test
 	@$(SUITE) luacheck $(MAKE) -s lint
 	@sh spec/tap-summary $(TAP_DIR)
