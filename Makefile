@@ -6,7 +6,7 @@
 #   make LUA_VERSION=luajit    (or 5.1, 5.2, 5.3): that version's packages
 #                      (interpreter, headers) are installed first
 #   make bench         call costs (5.4, LuaJIT), the herd and the outage
-#   make outage        retry storms: a full outage, with and without budget
+#   make outage        retry storms: outages x budget kinds (the matrix)
 #   make herd-reference  the herd re-run by an independent model (Python)
 #   make fuzz          libFuzzer on the core (FUZZ_TIME=60 seconds)
 #
@@ -259,7 +259,8 @@ bench: deps-test $(call MODULE,5.4) $(call MODULE,luajit) \
 	@echo
 	@$(OUTAGE)
 
-# a full outage in virtual time (about 9 s of CPU): build/outage.csv, .svg
+# the outage matrix in virtual time (about 35 s of CPU): build/outage.csv,
+# build/outage-<event>.svg
 OUTAGE = $(call LUA_ENV,luajit) luajit bench/outage.lua \
 	  --csv $(BUILD)/outage.csv --svg $(BUILD)/outage.svg
 .PHONY: outage

@@ -7,7 +7,7 @@
 -- start; a retry withdraws `cost` (1) and is refused, taking nothing,
 -- when fewer remain; a success earns `earn` x s tokens (6 x s), where
 -- s is the success share of the recent attempts: a moving average over
--- about `window` (32) attempts, before this one, starting at 1.
+-- about `window` (200) attempts, before this one, starting at 1.
 --   * while the upstream works (s near 1) each success buys up to 6
 --     retries: a budget that is full stays full;
 --   * at 50% failures s = 0.5: a success earns 3 tokens, and the 1 retry
@@ -139,14 +139,14 @@ local RULES = {
   capacity = C.count_rule(8, 2 ^ 30, "2^30"),
   cost = C.count_rule(1),
   earn = C.number_rule(6, 0, 1000, false, "a number >= 0 and <= 1000"),
-  window = C.number_rule(32, 1, 2 ^ 20, false,
+  window = C.number_rule(200, 1, 2 ^ 20, false,
     "a number >= 1 and <= 2^20"),
   throttle_cost = C.count_rule(nil),
 }
 local EXTRA = { shared = true, key = true }
 
 -- earned(opts) -> the budget; opts: capacity (8), cost (1), earn (6),
--- window (32), throttle_cost (capacity + 1), shared, key
+-- window (200), throttle_cost (capacity + 1), shared, key
 local function new(opts, level, ctor)
   level = level or 2          -- the caller's frame, from here
   local o = C.options(ctor or CTOR, opts, RULES, EXTRA, level + 1)
