@@ -31,6 +31,13 @@ build = {
     ["backoff.ffi"] = "lua/backoff/ffi.lua",
     ["backoff.retry_after"] = "lua/backoff/retry_after.lua",
     ["backoff.budget"] = "lua/backoff/budget.lua",
+    ["backoff.budget.common"] = "lua/backoff/budget/common.lua",
+    ["backoff.budget.window"] = "lua/backoff/budget/window.lua",
+    ["backoff.budget.token"] = "lua/backoff/budget/token.lua",
+    ["backoff.budget.grpc"] = "lua/backoff/budget/grpc.lua",
+    ["backoff.budget.earned"] = "lua/backoff/budget/earned.lua",
+    ["backoff.budget.ratio"] = "lua/backoff/budget/ratio.lua",
+    ["backoff.budget.adaptive"] = "lua/backoff/budget/adaptive.lua",
     ["backoff.balancer"] = "lua/backoff/balancer.lua",
     ["backoff.core"] = {
       -- the Makefile's CORE_SRC and BINDING_SRC
