@@ -4,15 +4,25 @@
 local budget = require "backoff.budget"
 local new_dict = dofile("spec/budget_dict.lua")
 
-local function read(path)
-  local f = assert(io.open(path))
+-- doc/budget.md next to this spec's directory; nil where the tree has
+-- no doc/ (the copy `make rock-test` runs the specs from)
+local function read_doc()
+  local dir = debug.getinfo(1, "S").source:match("^@(.-)[^/]*$") or "./"
+  local f = io.open(dir .. "../doc/budget.md")
+  if not f then return nil end
   local s = f:read("*a")
   f:close()
   return s
 end
 
 describe("doc/budget.md", function()
-  local doc = read("doc/budget.md")
+  local doc = read_doc()
+  if not doc then
+    it("is not in this copy of the tree", function()
+      pending("doc/budget.md is not here (make rock-test's copy)")
+    end)
+    return
+  end
 
   it("documents every function of the module", function()
     local n = 0
