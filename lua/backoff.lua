@@ -173,7 +173,8 @@ end
 --   sleep, bud, cost: the sleep and the budget (or nil) and its cost;
 --   record: the budget is told of every attempt (bud:record), else of
 --   successes (the legacy bud:deposit); retry_cost: ropts.retry_cost;
---   paid: what the last withdrawal was asked (nil: the budget's cost).
+--   paid: what the last withdrawal was asked (nil: the budget's cost);
+--   throttle: bud:throttle_cost(), the cost of a retry after a hint.
 local after_retry
 
 -- Record st's failure err and make the next attempt, or give up.
@@ -213,6 +214,8 @@ local function next_attempt(st, err)
       error("backoff.retry: ropts.retry_cost must return nil or an integer "
             .. ">= 0 and <= 2^53 (got " .. repr(cost) .. ")", 0)
     end
+  elseif hint ~= nil and st.throttle then
+    cost = st.throttle    -- the server said when to come back: overloaded
   end
   if bud and not bud:withdraw(cost) then return nil, err, "budget" end
   st.paid = cost
@@ -262,6 +265,7 @@ local function first_failure(policy, b, f, t0, fn, ropts, timeout, err)
     if bud ~= nil then
       st.bud, st.cost, st.retry_cost = bud, cost_of(bud), ropts.retry_cost
       st.record = bud.record ~= nil
+      if bud.throttle_cost then st.throttle = bud:throttle_cost() end
     end
     st.sleep = ropts.sleep
   end

@@ -192,6 +192,31 @@ describe("the runner with the budget kinds", function()
     assert.is_true(b:tokens() > 0)
   end)
 
+  it("a retry after a hint (the server said it is overloaded) costs the "
+     .. "budget's throttle_cost: the recommended budget never makes it",
+     function()
+    local b = budget.recommended()
+    local p = backoff.constant { delay = 0 }
+    local r = { backoff.retry(p, flaky(3), { budget = b, sleep = nosleep,
+      retry_after = function(err) return err == "e1" and 0 or nil end }) }
+    assert.same({ nil, "e1", "budget" }, r)
+    assert.equal(8, b:tokens())          -- nothing taken
+    -- without a hint, the same failure is retried
+    r = { backoff.retry(p, flaky(1), { budget = b, sleep = nosleep }) }
+    assert.same({ "ok", 2 }, r)
+    -- ropts.retry_cost, when given, decides instead
+    r = { backoff.retry(p, flaky(1), { budget = b, sleep = nosleep,
+      retry_after = function() return 0 end,
+      retry_cost = function() return 1 end }) }
+    assert.same({ "ok", 2 }, r)
+    -- a budget without throttle_cost pays its own cost after a hint
+    local tb = budget { capacity = 10, cost = 5 }
+    r = { backoff.retry(p, flaky(1), { budget = tb, sleep = nosleep,
+      retry_after = function() return 0 end }) }
+    assert.same({ "ok", 2 }, r)
+    assert.equal(10, tb:tokens())        -- 10 - 5 + 5 refunded
+  end)
+
   it("the token bucket refunds through record as it did through deposit",
      function()
     local b = budget { capacity = 20, cost = 5, refund = 1 }
