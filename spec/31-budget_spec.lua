@@ -196,7 +196,7 @@ describe("a shared budget", function()
     local b = budget { shared = d, capacity = 10 }
     local other = budget { shared = d, capacity = 10, key = "other" }
     local k = a:dict_key()
-    assert.equal("backoff:budget|token:10:5:1", k)
+    assert.equal("backoff:budget|ta.5.1", k)   -- t, then 10, 5, 1 in base 36
     assert.is_nil(d.data[k])                 -- a missing key is full
     assert.equal(10, a:tokens())
     assert.is_true(a:withdraw())

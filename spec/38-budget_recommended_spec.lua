@@ -144,12 +144,41 @@ describe("budget.recommended shared by workers", function()
     assert.equal(6, a:tokens())
   end)
 
-  it("keeps a full budget full with one read and no write", function()
+  it("keeps a full budget full with one read and no write, and a long "
+     .. "run of successes with one read in 16", function()
     local dict = new_dict()
     local b = budget.recommended { shared = dict }
-    for _ = 1, 100 do b:record(true, 1) end
+    for _ = 1, 160 do b:record(true, 1) end
     assert.equal(0, dict.incrs)
-    assert.equal(100, dict.gets)
+    assert.equal(10, dict.gets)           -- s starts at 1: quiet
+    b:record(false, 1)                    -- s = 0.995: a read each time
+    local gets = dict.gets
+    for _ = 1, 100 do b:record(true, 1) end
+    assert.equal(gets + 100, dict.gets)
+    for _ = 1, 1600 do b:record(true, 1) end   -- s climbs past 0.999
+    assert.equal(0, dict.incrs)
+    gets = dict.gets
+    for _ = 1, 160 do b:record(true, 1) end
+    assert.equal(gets + 10, dict.gets)    -- one read per 16 successes
     assert.equal(8, b:tokens())
+  end)
+
+  it("ends the shortcut at its own failure or withdrawal, and repays "
+     .. "another worker's withdrawal at the next read", function()
+    local dict = new_dict()
+    local a = budget.recommended { shared = dict }
+    local b = budget.recommended { shared = dict }
+    for _ = 1, 2000 do a:record(true, 1) end        -- a: quiet, full
+    assert.is_true(b:withdraw())                    -- b takes one
+    assert.equal(7, a:tokens())
+    for _ = 1, 16 do a:record(true, 1) end          -- a reads again
+    assert.equal(8, a:tokens())
+    assert.is_true(a:withdraw())                    -- a's own: no skip
+    a:record(true, 1)
+    assert.equal(8, a:tokens())
+    a:record(false, 1)
+    assert.is_true(b:withdraw())
+    a:record(true, 1)                               -- read: earns
+    assert.equal(8, a:tokens())
   end)
 end)

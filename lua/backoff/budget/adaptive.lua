@@ -155,7 +155,7 @@ local function new(opts, level)
     random = o.random or math.random }
   local clock = o.clock or core.now
   if o.shared ~= nil or o.key ~= nil then
-    self.key, self.dkey = C.shared_key(CTOR, o, "adaptive",
+    self.key, self.dkey = C.shared_key(CTOR, o, "s",
       { o.window }, level + 1)
     self.win = W.dict(CTOR, o.window, 10, clock, o.shared, self.dkey)
     self.shared = true

@@ -199,9 +199,10 @@ function C.is_dict(v)
 end
 
 -- shared (an ngx.shared dict) and key (default backoff:budget) from the
--- options, checked; the dict key of this configuration: key, the kind
--- and every option that shapes the shared state, so that two budgets
--- share a counter only when they agree on all of them.  Raises at
+-- options, checked; the dict key of this configuration: key, "|", the
+-- kind's letter and every option that shapes the shared state (short:
+-- C.short, "." between), so that two budgets share a counter only when
+-- they agree on all of them.  Raises at
 -- `level` (as error() counts it from here).
 function C.shared_key(ctor, o, kind, parts, level)
   if not C.is_dict(o.shared) then
@@ -215,8 +216,26 @@ function C.shared_key(ctor, o, kind, parts, level)
           .. repr(key) .. ")", level)
   end
   local p = {}
-  for i, v in ipairs(parts) do p[i] = num(v) end
-  return key, key .. "|" .. kind .. ":" .. table.concat(p, ":")
+  for i, v in ipairs(parts) do p[i] = C.short(v) end
+  return key, key .. "|" .. kind .. table.concat(p, ".")
+end
+
+-- A number as short exact text: an integer in base 36 ("6000" ->
+-- "4mo"), anything else as %.17g.  Dict keys stay short: nginx hashes
+-- every key of every dict call, a few ns a byte.
+local DIGITS = "0123456789abcdefghijklmnopqrstuvwxyz"
+function C.short(v)
+  if v ~= floor(v) or v < 0 or v >= 2 ^ 53 then
+    return ("%.17g"):format(v)
+  end
+  if v == 0 then return "0" end
+  local out = ""
+  while v > 0 do
+    local d = v % 36
+    out = DIGITS:sub(d + 1, d + 1) .. out
+    v = (v - d) / 36
+  end
+  return out
 end
 
 -- Is v a value this module can have written under a counter of

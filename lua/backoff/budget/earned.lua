@@ -25,7 +25,12 @@
 -- state, or in an ngx.shared dict: the same incr-only algorithm and
 -- guarantees as the token bucket, lua/backoff/budget/token.lua; a
 -- missing key is full).  s is per Lua state: shared, each worker
--- measures it on its own attempts.
+-- measures it on its own attempts.  The good day costs one dict read per
+-- success, and a worker whose s is above 0.999 (about 300 successes in
+-- a row) that found the budget full reads it only every 16th success:
+-- a retry another worker took meanwhile is earned back at that read (or
+-- by that worker's own successes), and this worker's failure or
+-- withdrawal ends the shortcut at once.
 
 local C = require "backoff.budget.common"
 
@@ -49,6 +54,7 @@ end
 function Earned:withdraw(cost)
   check(self, "withdraw")
   cost = C.count_arg(cost, "withdraw", "cost", self.cost_)
+  self.skip = 0
   if cost == 0 then return true end
   local cap = self.cap
   if cost > self.capacity_ then return false end
@@ -64,6 +70,11 @@ function Earned:allows(cost)
   return v ~= nil and v >= cost * 1000
 end
 
+-- A worker whose success share is at least this (about 300 successes
+-- in a row) takes a full shared budget's word for SKIP successes: it
+-- reads the counter once per SKIP + 1 of them, not at each
+local QUIET, SKIP = 0.999, 15
+
 -- bud:record(ok [, attempt [, cost]]): a success earns earn x s; every
 -- attempt moves s
 function Earned:record(ok, attempt, cost)
@@ -72,15 +83,23 @@ function Earned:record(ok, attempt, cost)
   local s = self.s
   if ok then
     self.s = s + (1 - s) * self.alpha
+    local skip = self.skip
+    if skip > 0 then                     -- the good day, shared
+      self.skip = skip - 1
+      return
+    end
     local n = floor(self.earn_ * s + 0.5)
     local cap = self.cap
     if n > cap then n = cap end
     if n == 0 then return end
     local v = self.dict:get(self.dkey)     -- full stays full: no write
-    if v == nil or v == cap then return end
+    if v == nil or v == cap then
+      if self.shared and s >= QUIET then self.skip = SKIP end
+      return
+    end
     add(self.dict, self.dkey, n, cap, cap)
   else
-    self.s = s - s * self.alpha
+    self.s, self.skip = s - s * self.alpha, 0
   end
 end
 
@@ -153,11 +172,11 @@ local function new(opts, level, ctor)
   local self = {
     capacity_ = o.capacity, cap = o.capacity * 1000, cost_ = o.cost,
     earn_ = floor(o.earn * 1000 + 0.5), window_ = o.window,
-    alpha = 1 / o.window, s = 1,
+    alpha = 1 / o.window, s = 1, skip = 0,
     throttle_ = o.throttle_cost or o.capacity + 1,
   }
   if o.shared ~= nil or o.key ~= nil then
-    self.key, self.dkey = C.shared_key(ctor or CTOR, o, "earned",
+    self.key, self.dkey = C.shared_key(ctor or CTOR, o, "e",
       { o.capacity, self.earn_ }, level + 1)
     self.dict, self.shared = o.shared, true
   else

@@ -131,7 +131,7 @@ local function new(opts, level)
   local max, ratio = o.max_tokens * 1000, floor(o.token_ratio * 1000 + 0.5)
   local self = { max = max, half = floor(max / 2), ratio = ratio }
   if o.shared ~= nil or o.key ~= nil then
-    self.key, self.dkey = C.shared_key(CTOR, o, "grpc", { max, ratio },
+    self.key, self.dkey = C.shared_key(CTOR, o, "g", { max, ratio },
                                        level + 1)
     self.dict, self.shared = o.shared, true
   else

@@ -142,7 +142,7 @@ local function new(opts, level)
     most = 2 ^ 45 }                     -- units: far below the slices' 2^50
   local clock = o.clock or core.now
   if o.shared ~= nil or o.key ~= nil then
-    self.key, self.dkey = C.shared_key(CTOR, o, "ratio",
+    self.key, self.dkey = C.shared_key(CTOR, o, "r",
       { o.ttl, p, o.min_per_second }, level + 1)
     self.win = W.dict(CTOR, o.ttl, 10, clock, o.shared, self.dkey)
     self.shared = true

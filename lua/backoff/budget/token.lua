@@ -134,7 +134,7 @@ local function new(opts, level)
     return b
   end
   local o = C.options(CTOR, opts, SHARED_RULES, EXTRA, level + 1)
-  local key, dkey = C.shared_key(CTOR, o, "token",
+  local key, dkey = C.shared_key(CTOR, o, "t",
                                  { o.capacity, o.cost, o.refund }, level + 1)
   return setmetatable({ dict = o.shared, key = key, dkey = dkey,
     cap = o.capacity, cost_ = o.cost, refund_ = o.refund }, Shared)

@@ -3,7 +3,8 @@
 -- a sum covers the current slice and the n - 1 before it (Finagle's
 -- WindowedAdder).  In-process: a ring of slices in this Lua state.
 -- Shared: one dict key per counter and slice, named after the slice's
--- absolute number and written with incr (init 0) and an expiry of one
+-- absolute number (the budget's key, ":", the counter's letter, the
+-- number in base 36) and written with incr (init 0) and an expiry of one
 -- window plus one slice, so old slices vanish by themselves; a missing
 -- slice (expired, evicted, never written) counts 0.
 --
@@ -104,7 +105,7 @@ local function ok_value(v)
 end
 
 function Dict:add_at(name, v, i)
-  local dict, k = self.dict, self.prefix .. name .. ":" .. i
+  local dict, k = self.dict, self.prefix .. name .. C.short(i)
   local r, err = dict:incr(k, v, 0, self.ttl)
   if not r then return nil, err end
   if not ok_value(r) then return nil, C.corrupt(dict, k, r) end
@@ -122,13 +123,13 @@ end
 function Dict:sum(name)
   local i = slice_of(self)
   self.last = i
-  local dict, p, t = self.dict, self.prefix .. name .. ":", 0
+  local dict, p, t = self.dict, self.prefix .. name, 0
   for j = i - self.n + 1, i do
-    local v = dict:get(p .. j)
+    local v = dict:get(p .. C.short(j))
     if v ~= nil then
       if not ok_value(v) then
-        return nil, "corrupt value under key " .. C.repr(p .. j) .. " ("
-                    .. C.repr(v) .. ")"
+        return nil, "corrupt value under key " .. C.repr(p .. C.short(j))
+                    .. " (" .. C.repr(v) .. ")"
       end
       t = t + v
     end
