@@ -12,7 +12,8 @@
 #                        writes bench/results.md (LuaJIT and 5.4 only)
 #   make bench-nginx     worker CPU per request in a real nginx (wrk):
 #                        writes bench/results-nginx.md
-#   make outage          retry storms: a full outage, with and without budget
+#   make outage          retry storms: every budget kind against partial and
+#                        full outages and a brownout (build/outage-*.svg)
 #   make herd-reference  the herd re-run by an independent model (Python):
 #                        writes bench/results-herd-reference.md
 #   make ctest           C tests of the core (cmocka, ASan + UBSan)
@@ -74,7 +75,8 @@ HEADERS     := $(wildcard csrc/*.h)
 CORE        := $(CORE_SRC) $(HEADERS)
 BINDING     := $(BINDING_SRC) $(HEADERS)
 # the Lua modules, as paths under lua/: backoff.lua, backoff/cli.lua, ...
-LUA_MODULES := $(patsubst lua/%,%,$(sort $(wildcard lua/*.lua lua/*/*.lua)))
+LUA_MODULES := $(patsubst lua/%,%,$(sort $(wildcard lua/*.lua lua/*/*.lua \
+                                               lua/*/*/*.lua)))
 
 # interpreter, Debian headers and Debian packages of one version
 lua_bin = $(if $(filter luajit,$1),luajit,lua$1)
@@ -317,6 +319,7 @@ test: deps-test $(foreach v,$(LUA_VERSIONS),$(call MODULE,$(v)))
 	@$(SUITE) nginx timeout 300 lua5.4 spec/nginx/run.lua $(CURDIR)
 	@$(SUITE) nginx-fleet timeout 120 lua5.4 spec/nginx/fleet.lua $(CURDIR)
 	@$(SUITE) make-install $(MAKE) -s install-test
+	@$(SUITE) nginx-budgets timeout 120 lua5.4 spec/nginx/fleet_budget.lua $(CURDIR)
 	@$(SUITE) luarocks-make $(MAKE) -s rock-test
 	@$(SUITE) luacheck $(MAKE) -s lint
 	@sh spec/tap-summary $(TAP_DIR)
@@ -447,7 +450,8 @@ $(BUILD)/%/bench_empty.so: bench/empty.c | deps-lua-%
 	@mkdir -p $(@D)
 	$(CC) -O2 -std=c99 -fPIC -I$(call lua_inc,$*) -o $@ bench/empty.c $(LIBFLAG)
 
-# a full outage in virtual time (about 9 s of CPU): build/outage.csv, .svg
+# the outage matrix in virtual time (about 35 s of CPU): build/outage.csv,
+# build/outage-<event>.svg
 OUTAGE = $(call LUA_ENV,luajit) luajit bench/outage.lua \
 	  --csv $(BUILD)/outage.csv --svg $(BUILD)/outage.svg
 HERD = $(call LUA_ENV,luajit) luajit bench/herd.lua --csv $(BUILD)/herd.csv \

@@ -6,6 +6,7 @@
 --
 --   local push, pop, empty = dofile("bench/heap.lua")()
 --   push(t, a, b, c); local t, a, b, c = pop()
+--   peek() -> the time of the next pop (when not empty())
 return function()
   local ht, ha, hb, hc, size = {}, {}, {}, {}, 0
   local function push(t, a, b, c)
@@ -36,5 +37,6 @@ return function()
     return t, a, b, c
   end
   local function empty() return size == 0 end
-  return push, pop, empty
+  local function peek() return ht[1] end
+  return push, pop, empty, peek
 end

@@ -4,13 +4,17 @@
 local backoff = require "backoff"
 
 local M = {}
-local policy
+local policy, ropts
 
 -- README's OpenResty policy, built once in init_by_lua (before the fork)
 function M.init()
   policy = backoff.exponential { initial_delay = 0.05, max_delay = 1,
     jitter = "full", max_attempts = 5, max_actual_duration = 3,
     adjust_timeout_factor = 0.5, min_adjust_timeout = 0.2 }
+  -- the recommended budget, shared by the workers (told of every
+  -- attempt: a success costs one dict read while the budget is full)
+  ropts = { budget = backoff.budget.recommended {
+    shared = ngx.shared.budget, key = "bench" } }
 end
 
 -- the operation: succeeds at once
@@ -20,6 +24,11 @@ end
 
 function M.retry()
   local body = backoff.retry(policy, op)
+  ngx.say(body)
+end
+
+function M.budget()
+  local body = backoff.retry(policy, op, ropts)
   ngx.say(body)
 end
 

@@ -1,411 +1,287 @@
--- Retry storms: a full outage, in virtual time, driving the backoff module.
+-- Retry storms: a matrix of outages, in virtual time, driving the backoff
+-- module (the model is bench/outage_model.lua; doc/budget.md discusses
+-- the figures).
 --
--- The model (every number below is a constant of this file):
 -- * 100 clients, each a process issuing 10 requests per second, open
---   loop: arrivals are Poisson (the users keep sending whatever the
---   server does; together they are 1,000 requests per second).
--- * The server fails every request at once from 60 s to 120 s (a full
---   outage: connection refused or an immediate 503), of a run in which
---   requests arrive during 180 s. Outside the outage it serves a FIFO
---   queue at 1,500 requests per second (the fleet runs at two thirds of
---   its capacity); a request that would wait more than 1 s in the queue
---   is rejected at once (a 503: load shedding). The network takes no time.
--- * Every failed attempt (outage or rejection) is retried as the policy
---   says, with one backoff object per request (seeded, timestamps =
---   virtual time): exponential, 0.1 s doubling to at most 20 s, full
---   jitter; or decorrelated, 0.1 s to at most 20 s; both at most 10
---   attempts per request.
--- * With the budget, each client process has its own backoff.budget{}
---   (500 tokens, a retry costs 5, a success refunds 1), as every AWS SDK
---   client has its own retry quota; or, as in OpenResty with
---   `shared = ngx.shared.DICT`, the client processes are the workers of
---   nginx hosts and the workers of a host share one budget (4 workers
---   per host in the main table; 1 to 8 in a table of its own; the
---   scenarios and the first table are those chosen before the first
---   run, the shared rows were added after it). Before each retry the client
---   withdraws the cost (no tokens: the request fails); on success it
---   deposits the cost of the retry that succeeded, or the refund (1) for
---   a first-try success.
+--   loop (Poisson): 1,000 requests per second; the server serves a FIFO
+--   queue at 1,500 per second and refuses at once (a plain 503) what
+--   would wait more than 1 s.  Every failed attempt is retried by a
+--   backoff object of its own: exponential from 0.1 s to 20 s, full
+--   jitter, at most 10 attempts.
+-- * The events, each after 20 s of normal load and followed by 45 s
+--   more: every attempt fails at once with probability 10, 30, 50, 80
+--   or 100% (a full outage), for 10, 60 or 300 s; and a brownout: for
+--   60 s the capacity is halved and whatever cannot be served at once
+--   is refused with 503 and Retry-After: 1.
+-- * The settings: no retries; retries without a budget; the token
+--   bucket budget{} (the AWS SDKs' quota: 500 tokens, cost 5, refund 1)
+--   per process and shared by the 4 workers of a host; budget.grpc{}
+--   (gRFC A6's example: 10 tokens, ratio 0.1); budget.ratio{} (Finagle:
+--   20% over 10 s + 10/s); budget.adaptive{} (SRE: k 2 over 120 s); and
+--   budget.recommended() per process and per host of 4.  Each at its
+--   defaults.  AWS standard mode (budget{} with retry_cost =
+--   budget.aws_cost) is the token bucket here: no error is a timeout.
+--   The recommended setting is told what the server said: a retry
+--   after the brownout's 503 + Retry-After is withdrawn at
+--   bud:throttle_cost().
 --
--- Figures, per scenario:
--- * amplification: attempts the server receives from 60 s to 120 s
---   divided by the requests the clients issue in that window.
--- * drain: from the recovery (120 s) to the end of the last 1-second
---   bin in which retries are more than 5% of the requests the clients
---   issue in that bin (the retry backlog is gone after it); 0 if none.
--- * overload: from the recovery to the last moment the server rejects a
---   request or makes one wait more than 0.1 s (before the outage it never
---   does either); 0 if never.
--- * success: requests that eventually succeed, of all requests and of
---   those issued during the outage.
--- Then full jitter again, with and without the budget, for outages of 10
--- to 300 s (arrivals go on until 60 s after the recovery).
+-- Figures per event and setting:
+-- * amp: attempts the server receives during the event / requests the
+--   clients issue during it;
+-- * succ: the share of the requests issued during the event that
+--   eventually succeed;
+-- * drain: from the end of the event to the end of the last 1-second bin
+--   in which retries are more than 5% of the requests issued in that bin;
+-- * overload: from the end of the event to the last moment the server
+--   refuses a request or makes one wait more than 0.1 s (not counting
+--   the first 0.1 s, when the queue left by a brownout drains).
 --
--- --csv FILE (default build/outage.csv): one line per scenario and second
--- (requests issued, attempts received, successes, rejections); --svg
--- FILE: the attempts the server receives per second, over time.
+--   luajit bench/outage.lua [--seed 1] [--clients 100] [--rate 10]
+--     [--capacity 1500] [--policy full|decorrelated|equal]
+--     [--attempts 10] [--host 4] [--retry-after 1] [--only a,b]
+--     [--csv FILE] [--svg FILE] [--markdown] [--check]
 --
---   luajit bench/outage.lua [--seed 1] [--csv FILE] [--svg FILE]
---
--- The arrivals come from a generator of this file (Park-Miller), and the
--- jitter from seeded backoff objects, so the figures are the same on
--- every Lua.
-local backoff = require "backoff"
-local new_budget = backoff.budget
+-- --svg build/outage.svg writes build/outage-<event>.svg, one chart
+-- file per kind of event.  --check exits 1 when the recommended setting
+-- misses a target of issue 18 (listed at the end of the output).
+-- Seeded: the same figures on every run and every Lua.
+local here = arg[0]:match("^(.-)[^/]*$")
+local model = dofile(here .. "outage_model.lua")
+local budget = require "backoff.budget"
 
 local function option(name, default)
-  for i = 1, #arg - 1 do
-    if arg[i] == name then return arg[i + 1] end
+  for i = 1, #arg do
+    if arg[i] == name then
+      if name == "--markdown" or name == "--check" then return true end
+      return arg[i + 1]
+    end
   end
   return default
 end
-
-local SEED = assert(tonumber(option("--seed", 1)), "--seed: a number")
-local CSV = option("--csv", "build/outage.csv")
-local SVG = option("--svg", nil)
-
-local CLIENTS, RATE = 100, 10          -- processes, requests/s each
-local ARRIVALS_END = 180               -- requests arrive in [0, 180)
-local OUT_START, OUT_LEN = 60, 60      -- the outage: [60, 120)
-local CAPACITY = 1500                  -- requests/s after recovery
-local QUEUE_MAX = 1.0                  -- longest wait before a 503 (s)
-local SLOW = 0.1                       -- a wait above this is overload
-local COST = 5                         -- the default budget's cost
+local function number(name, default)
+  local v = option(name, default)
+  return assert(tonumber(v), name .. ": a number expected")
+end
 
 local POLICIES = {
   full = { "exponential", { initial_delay = 0.1, max_delay = 20,
-    jitter = "full", max_attempts = 10 } },
-  decorrelated = { "decorrelated", { initial_delay = 0.1, max_delay = 20,
-    max_attempts = 10 } },
+    jitter = "full" } },
+  equal = { "exponential", { initial_delay = 0.1, max_delay = 20,
+    jitter = "equal" } },
+  decorrelated = { "decorrelated", { initial_delay = 0.1, max_delay = 20 } },
 }
-
-local SCENARIOS = {
-  { name = "no retries" },
-  { name = "retries", jitter = "full" },
-  { name = "retries", jitter = "decorrelated" },
-  { name = "retries + budget", jitter = "full", budget = true },
-  { name = "retries + budget", jitter = "decorrelated", budget = true },
-  { name = "retries + host budget", jitter = "full", budget = true,
-    share = 4 },
-  { name = "retries + host budget", jitter = "decorrelated", budget = true,
-    share = 4 },
+local policy = assert(POLICIES[option("--policy", "full")], "--policy")
+policy[2].max_attempts = number("--attempts", 10)
+local HOST = number("--host", 4)
+local params = {
+  seed = number("--seed", 1), clients = number("--clients", 100),
+  rate = number("--rate", 10), capacity = number("--capacity", 1500),
+  retry_after = number("--retry-after", 1), policy = policy,
 }
-local SHARES = { 1, 2, 4, 8 }          -- client processes per budget
+local CSV = option("--csv", "build/outage.csv")
+local SVG = option("--svg", nil)
 
--- Park-Miller "minimal standard" (multiplier 48271): exact in doubles,
--- so the same stream on every Lua
-local M31 = 2147483647
-local function generator(seed)
-  local x = seed % (M31 - 1) + 1
-  return function()
-    x = x * 48271 % M31
-    return x / M31                     -- in (0, 1)
-  end
+-- the recommended setting's retry cost: what the server said
+local function throttle_cost(err, _, bud)
+  if err == "throttle" then return bud:throttle_cost() end
 end
 
-local floor, log = math.floor, math.log
-
--- events: a binary heap over parallel arrays (no table per event)
-local new_heap = dofile((arg[0]:match("^(.-)[^/]*$")) .. "heap.lua")
-local ARRIVE, RETRY, DONE = 1, 2, 3
-
-local function simulate(sc, out_len)
-  local out_end = OUT_START + out_len
-  local push, pop, empty = new_heap()
-
-  local policy = sc.jitter and POLICIES[sc.jitter]
-  local strategy, opts = policy and policy[1], {}
-  if policy then
-    for k, v in pairs(policy[2]) do opts[k] = v end
+local SETTINGS = {
+  { id = "none", name = "no retries", retries = false },
+  { id = "retries", name = "retries, no budget", retries = true },
+  { id = "token", name = "budget{} (token bucket)", retries = true,
+    budget = function() return budget {} end },
+  { id = "token4", name = "budget{}, host of " .. HOST, retries = true,
+    share = HOST,
+    budget = function(c) return budget { shared = c.dict } end },
+  { id = "grpc", name = "budget.grpc{} (A6)", retries = true,
+    budget = function() return budget.grpc {} end },
+  { id = "ratio", name = "budget.ratio{} (Finagle)", retries = true,
+    budget = function(c) return budget.ratio { clock = c.clock } end },
+  { id = "adaptive", name = "budget.adaptive{} (SRE)", retries = true,
+    budget = function(c)
+      return budget.adaptive { clock = c.clock, random = c.random }
+    end },
+  { id = "rec", name = "budget.recommended()", retries = true,
+    cost = throttle_cost,
+    budget = function() return budget.recommended() end },
+  { id = "rec4", name = "recommended, host of " .. HOST, retries = true,
+    share = HOST, cost = throttle_cost,
+    budget = function(c) return budget.recommended { shared = c.dict } end },
+}
+local only = option("--only", nil)
+if only then
+  local keep = {}
+  for id in only:gmatch("[^,]+") do keep[id] = true end
+  for i = #SETTINGS, 1, -1 do
+    if not keep[SETTINGS[i].id] then table.remove(SETTINGS, i) end
   end
-  local budgets = {}                   -- by client: its host's budget
-  if sc.budget then
-    local share = sc.share or 1
-    for c = 1, CLIENTS do
-      budgets[c] = (c - 1) % share == 0 and new_budget {}
-        or budgets[c - 1]
-    end
-  end
-
-  -- per second (bin b covers [b - 1, b)): requests the clients issue,
-  -- attempts the server receives, successes, rejections
-  local issued, received, succeeded, rejected = {}, {}, {}, {}
-  -- per request: client, issue time, retries so far, backoff object
-  local rclient, rstart, rtries, robj = {}, {}, {}, {}
-  local n, ok, ok_out, n_out, free_at, last_overload = 0, 0, 0, 0, 0, nil
-  local in_window, out_window = 0, 0
-
-  local function count(tbl, b) tbl[b] = (tbl[b] or 0) + 1 end
-
-  local function fail(id, t)
-    if not policy then return end
-    local b = robj[id]
-    if not b then                      -- built at the first failure
-      opts.seed = SEED * 1000003 + id  -- the same per request everywhere
-      opts.start = rstart[id]
-      b = backoff.new(strategy, opts)
-      robj[id] = b
-    end
-    local delay = b:failure(t)
-    if delay and (not sc.budget or budgets[rclient[id]]:withdraw()) then
-      rtries[id] = rtries[id] + 1
-      push(t + delay, RETRY, id)
-    else
-      robj[id] = nil                   -- the request has failed
-    end
-  end
-
-  local function attempt(id, t)
-    local b = floor(t) + 1
-    count(received, b)
-    if t >= OUT_START and t < out_end then
-      out_window = out_window + 1
-      return fail(id, t)
-    end
-    local wait = free_at - t
-    if wait > QUEUE_MAX then
-      count(rejected, b)
-      last_overload = t
-      return fail(id, t)
-    end
-    if wait > SLOW then last_overload = t end
-    free_at = (wait > 0 and free_at or t) + 1 / CAPACITY
-    push(free_at, DONE, id)
-  end
-
-  local random = generator(SEED)
-  local total_rate = CLIENTS * RATE
-  push(-log(random()) / total_rate, ARRIVE, 0)
-  local now = 0
-  while not empty() do
-    local t, k, id = pop()
-    now = t
-    if k == ARRIVE then
-      n = n + 1
-      rclient[n] = floor(random() * CLIENTS) + 1
-      rstart[n], rtries[n] = t, 0
-      count(issued, floor(t) + 1)
-      if t >= OUT_START and t < out_end then
-        in_window, n_out = in_window + 1, n_out + 1
-      end
-      local next_t = t - log(random()) / total_rate
-      if next_t < ARRIVALS_END + out_len - OUT_LEN then
-        push(next_t, ARRIVE, 0)
-      end
-      attempt(n, t)
-    elseif k == RETRY then
-      attempt(id, t)
-    else                               -- DONE: the request succeeded
-      ok = ok + 1
-      count(succeeded, floor(t) + 1)
-      if rstart[id] >= OUT_START and rstart[id] < out_end then
-        ok_out = ok_out + 1
-      end
-      if sc.budget then
-        local bud = budgets[rclient[id]]
-        if rtries[id] > 0 then bud:deposit(COST) else bud:deposit() end
-      end
-      robj[id] = nil
-    end
-  end
-
-  local bins = floor(now) + 1
-  local drain = 0
-  for b = floor(out_end) + 1, bins do
-    local retries = (received[b] or 0) - (issued[b] or 0)
-    if retries > 0.05 * (issued[b] or 0) then drain = b - out_end end
-  end
-  return {
-    amplification = out_window / in_window,
-    drain = drain,
-    overload = last_overload and last_overload > out_end
-      and last_overload - out_end or 0,
-    success = ok / n, success_out = ok_out / n_out,
-    requests = n,
-    bins = bins, issued = issued, received = received,
-    succeeded = succeeded, rejected = rejected,
-  }
 end
+local by_id = {}
+for _, s in ipairs(SETTINGS) do by_id[s.id] = s end
 
-local function label(sc)
-  return sc.jitter and ("%s (%s)"):format(sc.name, sc.jitter) or sc.name
+local SHARES = { 0.1, 0.3, 0.5, 0.8, 1.0 }
+local LENGTHS = { 10, 60, 300 }
+local KINDS = {}                        -- event kinds, each with events
+for _, p in ipairs(SHARES) do
+  local kind = { id = ("fail%d"):format(p * 100),
+    title = ("failing share %d%%"):format(p * 100), events = {} }
+  for _, len in ipairs(LENGTHS) do
+    kind.events[#kind.events + 1] = { share = p, len = len }
+  end
+  KINDS[#KINDS + 1] = kind
 end
-
--- the full jitter scenario with a budget shared by `share` clients
-local function shared(share)
-  return { name = "retries + budget", jitter = "full", budget = true,
-    share = share }
-end
+KINDS[#KINDS + 1] = { id = "brownout", events = { { brownout = 0.5,
+  len = 60 } }, title = "brownout: half the capacity, 503 + Retry-After" }
 
 local t0 = os.clock()
-local results = {}
-for s, sc in ipairs(SCENARIOS) do
-  if sc.budget and not new_budget then
-    io.stderr:write("no backoff.budget in this build: skipping ",
-      label(sc), "\n")
-  else
-    results[s] = simulate(sc, OUT_LEN)
-  end
-end
-
--- the same for other outage lengths (full jitter, with and without the
--- budget): the budget allows capacity / cost = 100 retries per client
--- in all, so its amplification is about 1 + 100 / (requests per client
--- during the outage)
-local SWEEP = { 10, 30, 60, 120, 300 }
-local sweep = {}
-for i, len in ipairs(SWEEP) do
-  sweep[i] = {}
-  for s = 2, #SCENARIOS do
-    local sc = SCENARIOS[s]
-    if sc.jitter == "full" and results[s] then
-      sweep[i][#sweep[i] + 1] = len == OUT_LEN and results[s]
-        or simulate(sc, len)
+local results = {}                      -- results[kind][event][setting]
+for k, kind in ipairs(KINDS) do
+  results[k] = {}
+  for e, ev in ipairs(kind.events) do
+    results[k][e] = {}
+    for _, s in ipairs(SETTINGS) do
+      results[k][e][s.id] = model.simulate(params, ev, s)
     end
-  end
-end
--- budgets shared by the workers of a host: the budget allows 100
--- retries per host, so about 1 + 100 / (share x requests per client
--- during the outage)
-local by_share = {}
-if new_budget then
-  for i, share in ipairs(SHARES) do
-    for s, sc in ipairs(SCENARIOS) do   -- a scenario above, if any
-      if sc.budget and sc.jitter == "full" and (sc.share or 1) == share then
-        by_share[i] = results[s]
-      end
-    end
-    by_share[i] = by_share[i] or simulate(shared(share), OUT_LEN)
   end
 end
 local elapsed = os.clock() - t0
 
-print(("outage: %d clients x %d requests/s (Poisson), server down %d-%d s,"
-  .. " then %d requests/s; seed %d, virtual time, %.1f s CPU")
-  :format(CLIENTS, RATE, OUT_START, OUT_START + OUT_LEN, CAPACITY, SEED,
+print(("outage matrix: %d clients x %g requests/s (Poisson), capacity %g/s,"
+  .. " %s jitter, %d attempts; seed %d; virtual time, %.1f s CPU")
+  :format(params.clients, params.rate, params.capacity,
+    option("--policy", "full"), policy[2].max_attempts, params.seed,
     elapsed))
-print(("\n%-38s %13s %9s %9s %9s %9s"):format("scenario", "amplification",
-  "drain s", "overld s", "success", "in outage"))
-for s, sc in ipairs(SCENARIOS) do
-  local r = results[s]
-  if r then
-    print(("%-38s %13.2f %9d %9.1f %8.1f%% %8.1f%%"):format(label(sc),
-      r.amplification, r.drain, r.overload, 100 * r.success,
-      100 * r.success_out))
+print("amp: attempts / requests during the event; succ: % of its requests"
+  .. " that succeed;\ndrain, overld: seconds after the event (see the top"
+  .. " of bench/outage.lua)")
+
+local function cell(r)
+  return ("%5.2f %5.1f %3d %4.1f"):format(r.amplification,
+    100 * r.success_in, r.drain, r.overload)
+end
+
+for k, kind in ipairs(KINDS) do
+  local head, sub = ("\n%-26s"):format(kind.title), ("%-26s"):format(
+    "setting")
+  if #kind.title > 26 then head, sub = "\n" .. kind.title .. "\n"
+    .. (" "):rep(26), sub end
+  for _, ev in ipairs(kind.events) do
+    head = head .. ("  %-18s"):format(("---- %d s ----"):format(ev.len))
+    sub = sub .. ("  %5s %5s %3s %4s"):format("amp", "succ", "dr", "ovl")
+  end
+  print(head)
+  print(sub)
+  for _, s in ipairs(SETTINGS) do
+    local line = ("%-26s"):format(s.name)
+    for e in ipairs(kind.events) do
+      line = line .. "  " .. cell(results[k][e][s.id])
+    end
+    print(line)
   end
 end
 
-print("\nfull jitter, other outage lengths (arrivals go on 60 s after"
-  .. " the recovery)")
-print(("%8s %14s %9s %16s %9s"):format("outage s", "amplification",
-  "drain s", "with budget", "drain s"))
-for i, len in ipairs(SWEEP) do
-  local a, b = sweep[i][1], sweep[i][2]
-  print(("%8d %14.2f %9d %16s %9s"):format(len, a.amplification, a.drain,
-    b and ("%.2f"):format(b.amplification) or "-",
-    b and ("%d"):format(b.drain) or "-"))
+-- the targets of issue 18, checked for the recommended setting (per
+-- process against the per-process token bucket, per host against the
+-- host's)
+local failures, checked = {}, 0
+local function target(ok, what)
+  checked = checked + 1
+  if not ok then failures[#failures + 1] = what end
 end
+for _, rid in ipairs { "rec", "rec4" } do
+  local ref = rid == "rec" and "token" or "token4"
+  if by_id[rid] then
+    for k, kind in ipairs(KINDS) do
+      for e, ev in ipairs(kind.events) do
+        local r = results[k][e][rid]
+        local what = ("%s, %s, %d s: "):format(by_id[rid].name, kind.title,
+                                              ev.len)
+        local nob = results[k][e].retries
+        if ev.share == 1 then
+          target(r.amplification <= 1.10, what .. "amplification <= 1.10")
+        end
+        if ev.share == 1 or ev.brownout then
+          target(r.drain == 0, what .. "no drain")
+        end
+        target(r.overload == 0, what .. "no overload")
+        if nob then
+          target(r.drain <= nob.drain, what .. "drain <= no budget's")
+          if ev.share and ev.share <= 0.5 then
+            target(r.success_in >= nob.success_in - 0.02,
+                   what .. "success within 2 points of no budget's")
+          end
+        end
+        local tb = results[k][e][ref]
+        if ev.share == 0.8 and tb then
+          target(r.success_in >= tb.success_in,
+                 what .. "success >= the token bucket's")
+        end
+      end
+    end
+  end
+end
+print(("\ntargets of the recommended setting: %d checked, %d missed")
+  :format(checked, #failures))
+for _, f in ipairs(failures) do print("  missed: " .. f) end
 
-if by_share[1] then
-  print(("\nfull jitter, %d s outage, one budget{} per host shared by its"
-    .. " workers"):format(OUT_LEN))
-  print(("%18s %14s %9s"):format("workers per host", "amplification",
-    "drain s"))
-  for i, share in ipairs(SHARES) do
-    print(("%18d %14.2f %9d"):format(share, by_share[i].amplification,
-      by_share[i].drain))
+-- a summary for the docs: one row per setting
+if option("--markdown", false) then
+  local cols = {
+    { "10%, 60 s: succ", 1, 2, "succ" }, { "50%, 60 s: succ", 3, 2, "succ" },
+    { "80%, 60 s: succ / amp", 4, 2, "both" },
+    { "100%, 10 s: amp", 5, 1, "amp" }, { "100%, 60 s: amp", 5, 2, "amp" },
+    { "100%, 300 s: amp", 5, 3, "amp" },
+    { "brownout: succ / drain", 6, 1, "drain" },
+  }
+  local h, sep = "| setting |", "|---|"
+  for _, c in ipairs(cols) do
+    h, sep = h .. " " .. c[1] .. " |", sep .. "---|"
+  end
+  print("\n" .. h .. "\n" .. sep)
+  for _, s in ipairs(SETTINGS) do
+    local line = "| " .. s.name .. " |"
+    for _, c in ipairs(cols) do
+      local r = results[c[2]][c[3]][s.id]
+      local v
+      if c[4] == "succ" then v = ("%.1f%%"):format(100 * r.success_in)
+      elseif c[4] == "amp" then v = ("%.2f"):format(r.amplification)
+      elseif c[4] == "both" then
+        v = ("%.1f%% / %.2f"):format(100 * r.success_in, r.amplification)
+      else
+        v = ("%.1f%% / %d s"):format(100 * r.success_in, r.drain)
+      end
+      line = line .. " " .. v .. " |"
+    end
+    print(line)
   end
 end
 
--- the CSV: one line per (scenario, second)
+-- the CSV: one line per (event, setting, second)
 local f = assert(io.open(CSV, "w"))
-f:write("scenario,jitter,workers_per_budget,second,issued,received,"
-  .. "succeeded,rejected\n")
-for s, sc in ipairs(SCENARIOS) do
-  local r = results[s]
-  for b = 1, r and r.bins or 0 do
-    f:write(("%s,%s,%s,%d,%d,%d,%d,%d\n"):format(sc.name, sc.jitter or "",
-      sc.budget and (sc.share or 1) or "",
-      b - 1, r.issued[b] or 0, r.received[b] or 0, r.succeeded[b] or 0,
-      r.rejected[b] or 0))
+f:write("event,length,setting,second,issued,received\n")
+for k, kind in ipairs(KINDS) do
+  for e, ev in ipairs(kind.events) do
+    for _, s in ipairs(SETTINGS) do
+      local r = results[k][e][s.id]
+      for b = 1, r.bins do
+        f:write(("%s,%d,%s,%d,%d,%d\n"):format(kind.id, ev.len, s.id, b - 1,
+          r.issued[b] or 0, r.received[b] or 0))
+      end
+    end
   end
 end
 f:close()
 print("\nwrote " .. CSV)
 
--- the SVG: attempts the server receives per second, over time, one chart
--- per jitter kind, the outage shaded, the capacity dashed
 if SVG then
-  local colors = { "#555555", "#d62728", "#1f77b4", "#2ca02c" }
-  local W, H, M = 460, 300, 50
-  local x_end, top = ARRIVALS_END, 0      -- arrivals stop at x_end
-  for s = 1, #SCENARIOS do
-    local r = results[s]
-    for b = 1, r and x_end or 0 do
-      top = math.max(top, r.received[b] or 0)
-    end
+  local draw = dofile(here .. "outage_svg.lua")
+  local prefix = SVG:gsub("%.svg$", "")
+  for k, kind in ipairs(KINDS) do
+    local path = prefix .. "-" .. kind.id .. ".svg"
+    draw(path, kind, results[k], SETTINGS, params)
+    print("wrote " .. path)
   end
-  top = 2000 * math.ceil(top / 2000)
-  local out = { ('<svg xmlns="http://www.w3.org/2000/svg" width="%d" '
-    .. 'height="%d" font-family="sans-serif" font-size="11">')
-    :format(2 * W + 40, H + 70) }
-  local function add(fmt, ...) out[#out + 1] = fmt:format(...) end
-  local function chart(ox, jitter, title)
-    local function x(t) return ox + M + t / x_end * (W - M - 10) end
-    local function y(v) return 20 + (H - 40) * (1 - v / top) end
-    add('<rect x="%.1f" y="20" width="%.1f" height="%d" fill="#eeeeee"/>',
-      x(OUT_START), x(OUT_START + OUT_LEN) - x(OUT_START), H - 40)
-    add('<text x="%.1f" y="34" text-anchor="middle">outage</text>',
-      x(OUT_START + OUT_LEN / 2))
-    add('<text x="%d" y="14" font-weight="bold">%s</text>', ox + M, title)
-    add('<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="black"/>',
-      ox + M, H - 20, ox + W - 10, H - 20)
-    add('<line x1="%d" y1="20" x2="%d" y2="%d" stroke="black"/>',
-      ox + M, ox + M, H - 20)
-    for k = 0, 4 do
-      local v = top * k / 4
-      add('<text x="%d" y="%.1f" text-anchor="end">%.0f</text>',
-        ox + M - 4, y(v) + 4, v)
-    end
-    for t = 0, x_end, 20 do
-      add('<text x="%.1f" y="%d" text-anchor="middle">%d</text>',
-        x(t), H - 6, t)
-    end
-    add('<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="black" '
-      .. 'stroke-dasharray="4,3"/>', ox + M, y(CAPACITY), ox + W - 10,
-      y(CAPACITY))
-    add('<text x="%d" y="%.1f" text-anchor="end">capacity</text>',
-      ox + W - 12, y(CAPACITY) - 4)
-    for i = 1, #SCENARIOS do           -- 2, 3, ..., then 1 on top
-      local s = i % #SCENARIOS + 1
-      local r, sc = results[s], SCENARIOS[s]
-      if r and (sc.jitter == nil or sc.jitter == jitter) then
-        local pts = {}
-        for b = 1, x_end do
-          pts[#pts + 1] = ("%.1f,%.1f"):format(x(b - 0.5),
-            y(r.received[b] or 0))
-        end
-        add('<polyline fill="none" stroke="%s" stroke-width="1.5" %s'
-          .. 'points="%s"/>', colors[sc.share and 4 or sc.budget and 3
-          or sc.jitter and 2 or 1],
-          sc.jitter and "" or 'stroke-dasharray="3,3" ',
-          table.concat(pts, " "))
-      end
-    end
-  end
-  chart(0, "full", "full jitter: server requests per second vs time (s)")
-  chart(W + 40, "decorrelated",
-    "decorrelated: server requests per second vs time (s)")
-  for s, name in ipairs { "no retries", "retries (10 attempts)",
-    "retries + budget{}", "budget{} per host of 4" } do
-    local lx = 30 + (s - 1) * 230
-    add('<rect x="%d" y="%d" width="12" height="12" fill="%s"/>'
-      .. '<text x="%d" y="%d">%s</text>', lx, H + 30, colors[s],
-      lx + 16, H + 40, name)
-  end
-  out[#out + 1] = "</svg>"
-  f = assert(io.open(SVG, "w"))
-  f:write(table.concat(out, "\n"), "\n")
-  f:close()
-  print("wrote " .. SVG)
 end
+
+if option("--check", false) and #failures > 0 then os.exit(1) end

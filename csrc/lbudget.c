@@ -66,6 +66,43 @@ static int lbudget_deposit(lua_State *L) {
   return 1;
 }
 
+/* bud:allows([cost]) -> would withdraw(cost) succeed now (takes nothing) */
+static int lbudget_allows(lua_State *L) {
+  backoff_budget *b = lbudget_self(L, "allows");
+  uint64_t cost = lbudget_count_arg(L, "allows", "cost", b->cost);
+  lua_pushboolean(L, backoff_budget_tokens(b) >= cost);
+  return 1;
+}
+
+/*
+** bud:record(ok [, attempt [, cost]]): an attempt ended.  A success
+** deposits refund after a first attempt (attempt 1, the default), else
+** the cost its retry paid (cost; nil: the budget's cost); a failure
+** changes nothing.  Every argument is checked before anything changes.
+*/
+static int lbudget_record(lua_State *L) {
+  backoff_budget *b = lbudget_self(L, "record");
+  uint64_t attempt = 1, cost = b->cost;
+  int ok;
+  if (lua_type(L, 2) != LUA_TBOOLEAN)
+    lbackoff_argerror(L, 2, "record", lua_pushfstring(L,
+      "ok must be a boolean (got %s)", lbackoff_repr(L, 2)));
+  ok = lua_toboolean(L, 2);
+  if (!lua_isnoneornil(L, 3) && (lua_type(L, 3) != LUA_TNUMBER ||
+      backoff_budget_count(lua_tonumber(L, 3), &attempt) !=
+        BACKOFF_BUDGET_OK || attempt < 1))
+    lbackoff_argerror(L, 3, "record", lua_pushfstring(L,
+      "attempt must be an integer >= 1 and <= 2^53 (got %s)",
+      lbackoff_repr(L, 3)));
+  if (!lua_isnoneornil(L, 4) && (lua_type(L, 4) != LUA_TNUMBER ||
+      backoff_budget_count(lua_tonumber(L, 4), &cost) != BACKOFF_BUDGET_OK))
+    lbackoff_argerror(L, 4, "record", lua_pushfstring(L,
+      "cost must be " LBUDGET_RULE " (got %s)", lbackoff_repr(L, 4)));
+  if (ok)
+    backoff_budget_deposit(b, attempt > 1 ? cost : b->refund);
+  return 0;
+}
+
 static int lbudget_tokens(lua_State *L) {
   lbackoff_push_count(L, backoff_budget_tokens(lbudget_self(L, "tokens")));
   return 1;
@@ -156,6 +193,8 @@ static int lbudget_new(lua_State *L) {
 static const luaL_Reg lbudget_methods[] = {
   { "withdraw", lbudget_withdraw },
   { "deposit", lbudget_deposit },
+  { "allows", lbudget_allows },
+  { "record", lbudget_record },
   { "tokens", lbudget_tokens },
   { "capacity", lbudget_capacity },
   { "cost", lbudget_cost },

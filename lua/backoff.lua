@@ -91,8 +91,28 @@ end
 local retry_options = {
   sleep = "function", retry_on = "function", on_retry = "function",
   retry_after = "function", budget = "budget", min_attempt_time = "number",
-  reference_delays = "boolean",
+  reference_delays = "boolean", retry_cost = "function",
 }
+
+-- A budget needs withdraw, and record (told of every attempt) or the
+-- legacy deposit (told of successes); raises at level 4, the caller of
+-- the runner.  Checked before fn runs.
+local function check_budget(v, got)
+  local why
+  if got ~= "table" and got ~= "userdata" then
+    why = got
+  elseif got == "userdata" and getmetatable(v) == nil then
+    why = "a userdata without methods"
+  elseif type(v.withdraw) ~= "function" then
+    why = got .. " without a withdraw method"
+  elseif type(v.record) ~= "function" and type(v.deposit) ~= "function" then
+    why = got .. " without a record or deposit method"
+  else
+    return
+  end
+  error("backoff.retry: option 'budget' must be a budget (an object with "
+        .. "withdraw, and record or deposit methods; got " .. why .. ")", 4)
+end
 
 -- raises at level 3: the caller of backoff.retry (or of b:retry)
 local function check_ropts(ropts)
@@ -106,10 +126,7 @@ local function check_ropts(ropts)
       error("backoff.retry: unknown option " .. repr(k), 3)
     end
     if want == "budget" then
-      if got ~= "table" and got ~= "userdata" then
-        error("backoff.retry: option 'budget' must be a budget (an object "
-              .. "with withdraw and deposit methods, got " .. got .. ")", 3)
-      end
+      check_budget(v, got)
     elseif got ~= want then
       error("backoff.retry: option '" .. k .. "' must be a " .. want
             .. " (got " .. got .. ")", 3)
@@ -153,7 +170,11 @@ end
 -- After the first failure, one run's state lives in a table st:
 --   b: the run's object; fn, ropts; attempt: the attempt just made;
 --   timeout: the one it was given; deadline (or nil), min_attempt;
---   sleep, bud, cost: the sleep and the budget (or nil) and its cost.
+--   sleep, bud, cost: the sleep and the budget (or nil) and its cost;
+--   record: the budget is told of every attempt (bud:record), else of
+--   successes (the legacy bud:deposit); retry_cost: ropts.retry_cost;
+--   paid: what the last withdrawal was asked (nil: the budget's cost);
+--   throttle: bud:throttle_cost(), the cost of a retry after a hint.
 local after_retry
 
 -- Record st's failure err and make the next attempt, or give up.
@@ -162,9 +183,11 @@ local function next_attempt(st, err)
   if ropts ~= nil then
     local retry_on = ropts.retry_on
     if retry_on and not retry_on(err, attempt) then
-      return nil, err, "retry_on"
+      return nil, err, "retry_on"      -- not the upstream's failure
     end
   end
+  -- the budget learns of the failure before it is asked for a retry
+  if st.record then bud:record(false, attempt, st.paid) end
   local hint = st.retry_after and st.retry_after(err, attempt) or nil
   if hint ~= nil and not (type(hint) == "number" and hint >= 0
                           and hint < huge) then
@@ -183,7 +206,19 @@ local function next_attempt(st, err)
     end
   end
   -- st.cost nil: the budget's own cost (nil counts as no argument)
-  if bud and not bud:withdraw(st.cost) then return nil, err, "budget" end
+  local cost = st.cost
+  if st.retry_cost then
+    cost = st.retry_cost(err, attempt)
+    if cost ~= nil and not (type(cost) == "number" and cost >= 0
+                            and cost <= 2 ^ 53 and cost % 1 == 0) then
+      error("backoff.retry: ropts.retry_cost must return nil or an integer "
+            .. ">= 0 and <= 2^53 (got " .. repr(cost) .. ")", 0)
+    end
+  elseif hint ~= nil and st.throttle then
+    cost = st.throttle    -- the server said when to come back: overloaded
+  end
+  if bud and not bud:withdraw(cost) then return nil, err, "budget" end
+  st.paid = cost
   if st.on_retry then st.on_retry(err, delay, attempt) end
   st.sleep(delay)
   local timeout = st.timeout
@@ -191,7 +226,8 @@ local function next_attempt(st, err)
   if deadline then                  -- sleeps overshoot: look again
     local left = deadline - core_now(b)
     if left <= 0 or left < min_attempt then
-      if bud then bud:deposit(st.cost) end  -- the retry paid for is not made
+      -- the retry paid for is not made: give back what withdraw took
+      if bud and bud.deposit then bud:deposit(cost or st.cost) end
       return nil, err, "max_actual_duration"
     end
     if timeout ~= nil and timeout > left then timeout = left end
@@ -205,7 +241,8 @@ end
 after_retry = function(st, ok, r1, ...)
   if ok and r1 then
     local bud = st.bud
-    if bud then bud:deposit(st.cost) end
+    if st.record then bud:record(true, st.attempt, st.paid)
+    elseif bud then bud:deposit(st.paid or st.cost) end
     return r1, ...
   end
   local err = r1
@@ -225,7 +262,11 @@ local function first_failure(policy, b, f, t0, fn, ropts, timeout, err)
     st.on_retry, st.retry_after = ropts.on_retry, ropts.retry_after
     st.reference, mat = ropts.reference_delays, ropts.min_attempt_time
     local bud = ropts.budget
-    if bud ~= nil then st.bud, st.cost = bud, cost_of(bud) end
+    if bud ~= nil then
+      st.bud, st.cost, st.retry_cost = bud, cost_of(bud), ropts.retry_cost
+      st.record = bud.record ~= nil
+      if bud.throttle_cost then st.throttle = bud:throttle_cost() end
+    end
     st.sleep = ropts.sleep
   end
   if not st.sleep then st.sleep = default_sleep() end
@@ -242,7 +283,9 @@ local function after_first(policy, b, f, t0, fn, ropts, timeout, ok, r1, ...)
   if ok and r1 then
     if ropts ~= nil then
       local bud = ropts.budget
-      if bud ~= nil then bud:deposit() end
+      if bud ~= nil then
+        if bud.record then bud:record(true, 1) else bud:deposit() end
+      end
     end
     return r1, ...
   end

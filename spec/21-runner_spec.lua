@@ -793,8 +793,8 @@ describe("backoff.retry's arguments", function()
   it("accepts every ropts key", function()
     assert.is_true(backoff.retry(p, ok, { sleep = print,
       retry_on = print, on_retry = print, retry_after = print,
-      budget = { deposit = function() end }, min_attempt_time = 0.5,
-      reference_delays = true }))
+      budget = { withdraw = ok, deposit = ok }, retry_cost = print,
+      min_attempt_time = 0.5, reference_delays = true }))
   end)
 
   it("points errors about the policy or fn at the caller", function()

@@ -26,6 +26,7 @@ local function fake_dict()
     return v
   end
   function d.get(self, key) return self.data[key] end
+  function d.delete(self, key) self.data[key] = nil end
   return d
 end
 
@@ -113,9 +114,11 @@ for _, kind in ipairs(kinds) do
         { { capacity = 2.5 }, "option 'capacity' must be an integer >= 0" },
         { { refund = "1" }, "option 'refund' must be an integer >= 0" },
         { { capacity = 0 / 0 }, "option 'capacity' must be an integer >= 0 "
-                               .. "and <= 2^53 (got nan)" },
+                               .. "and <= 2^" },
         { { capacity = math.huge }, "option 'capacity'" },
         { { capacity = 2 ^ 53 + 2 }, "option 'capacity'" },
+        { { cost = 0 / 0 }, "option 'cost' must be an integer >= 0 "
+                            .. "and <= 2^53 (got nan)" },
         { { capcity = 1 }, "unknown option 'capcity'" },
         { { 1 }, "unknown option 1" },
       }
@@ -123,7 +126,7 @@ for _, kind in ipairs(kinds) do
         assert.error_matches(function() make(c[1]) end,
                              "backoff.budget: " .. c[2], nil, true)
       end
-      assert.has_no.errors(function() make { capacity = 2 ^ 53 } end)
+      assert.has_no.errors(function() make { capacity = 2 ^ 40 } end)
     end)
 
     it("refuses bad arguments and is unchanged after them", function()
@@ -186,22 +189,39 @@ describe("budget(opts)", function()
 end)
 
 describe("a shared budget", function()
-  it("keeps its tokens in the dict under key (default backoff:budget)",
+  it("keeps its tokens in the dict under key and its configuration",
      function()
     local d = fake_dict()
     local a = budget { shared = d, capacity = 10 }
     local b = budget { shared = d, capacity = 10 }
     local other = budget { shared = d, capacity = 10, key = "other" }
-    assert.is_nil(d.data["backoff:budget"])  -- a missing key is full
+    local k = a:dict_key()
+    assert.equal("backoff:budget|ta.5.1", k)   -- t, then 10, 5, 1 in base 36
+    assert.is_nil(d.data[k])                 -- a missing key is full
     assert.equal(10, a:tokens())
     assert.is_true(a:withdraw())
-    assert.equal(5, d.data["backoff:budget"])
+    assert.equal(5, d.data[k])
     assert.is_true(b:withdraw())             -- the same tokens
     assert.is_false(a:withdraw())
     assert.is_false(b:withdraw())
     assert.equal(10, other:tokens())
     assert.is_true(other:withdraw())
-    assert.equal(5, d.data.other)
+    assert.equal(5, d.data[other:dict_key()])
+  end)
+
+  it("gives two configurations on one key counters of their own",
+     function()
+    -- the defect: a capacity-500 budget and a capacity-2000 one on the
+    -- default key shared one counter, and the small one granted 2000
+    local d = fake_dict()
+    local small = budget { shared = d, capacity = 500, cost = 1 }
+    local big = budget { shared = d, capacity = 2000, cost = 1 }
+    assert.is_true(big:withdraw())           -- the big one writes first
+    local n = 0
+    while small:withdraw() do n = n + 1 end
+    assert.equal(500, n)
+    assert.equal(1999, big:tokens())
+    assert.are_not.equal(small:dict_key(), big:dict_key())
   end)
 
   it("treats an evicted key as full again", function()
@@ -209,21 +229,53 @@ describe("a shared budget", function()
     local b = budget { shared = d, capacity = 10, cost = 10 }
     assert.is_true(b:withdraw())
     assert.is_false(b:withdraw())
-    d.data["backoff:budget"] = nil
+    d.data[b:dict_key()] = nil
+    assert.equal(10, b:tokens())
     assert.is_true(b:withdraw())
   end)
 
-  it("refuses to retry when the dict fails, with its message", function()
+  it("treats a foreign value under its key as corrupt: refuses, deletes",
+     function()
+    for _, v in ipairs { "text", 1 / 0, -1 / 0, 0 / 0, 2 ^ 53, 1e15, 2.5,
+                         -1e9, true } do
+      local d = fake_dict()
+      local b = budget { shared = d, capacity = 500 }
+      local k = b:dict_key()
+      d.data[k] = v
+      assert.equal(0, b:tokens())            -- never 500, never NaN
+      assert.is_false(b:allows())
+      local ok, err = b:withdraw()
+      assert.is_false(ok)
+      assert.is_string(err)
+      if type(v) == "number" then         -- incr failed on the others
+        assert.matches("corrupt value under key", err, 1, true)
+      end
+      d.data[k] = v
+      local r, err2 = b:deposit()
+      assert.is_nil(r)
+      assert.is_string(err2)
+      -- deleted by the call that found it: a full budget again
+      if type(v) == "number" then
+        assert.is_nil(d.data[k])
+        assert.equal(500, b:tokens())
+      end
+    end
+  end)
+
+  it("stays exact at capacity: a deposit of 2^53 leaves it full",
+     function()
     local d = fake_dict()
-    d.data["backoff:budget"] = "text"
-    local b = budget { shared = d }
-    local ok, err = b:withdraw()
-    assert.is_false(ok)
-    assert.equal("not a number", err)
-    local v, err2 = b:deposit()
-    assert.is_nil(v)
-    assert.equal("not a number", err2)
-    assert.equal(500, b:tokens())
+    local b = budget { shared = d, capacity = 0, cost = 1 }
+    assert.equal(0, b:deposit(2 ^ 53))
+    assert.equal(0, d.data[b:dict_key()])
+    assert.is_false(b:withdraw())            -- no retry granted
+    local c = budget { shared = d, capacity = 2 ^ 40, cost = 1 }
+    assert.equal(2 ^ 40, c:deposit(2 ^ 53))
+    assert.equal(2 ^ 40, d.data[c:dict_key()])
+    assert.is_true(c:withdraw())
+    assert.equal(2 ^ 40 - 1, c:tokens())
+    assert.is_false(c:withdraw(2 ^ 53))      -- above capacity: untouched
+    assert.equal(2 ^ 40 - 1, d.data[c:dict_key()])
   end)
 
   -- Workers are coroutines that yield after each incr, so every
@@ -263,7 +315,7 @@ describe("a shared budget", function()
       assert(t >= 0 and t <= cap, "tokens() out of range")
       assert(withdrawn <= cap + deposited, "overdrawn")
     end
-    local v = d.data["backoff:budget"] or cap
+    local v = d.data[bud:dict_key()] or cap
     assert.is_true(v <= cap, "counter above capacity: " .. v)
     return v, withdrawn, deposited
   end
@@ -289,7 +341,7 @@ describe("a shared budget", function()
     for i = 1, 50 do
       local x = i % 2 == 0 and a or b
       if i % 3 == 0 then x:deposit(i % 5) else x:withdraw() end
-      local v = d.data["backoff:budget"]
+      local v = d.data[a:dict_key()] or 10
       assert.is_true(v >= 0 and v <= 10)
     end
   end)

@@ -92,7 +92,7 @@ function app.stats()
   ngx.say("worker0=", s:get("worker0") or 0)
   ngx.say("worker1=", s:get("worker1") or 0)
   ngx.say("tokens=", budgets.race:tokens())
-  ngx.say("raw=", ngx.shared.budget:get("race"))
+  ngx.say("raw=", ngx.shared.budget:get(budgets.race:dict_key()))
 end
 
 ------------------------------------------------------------------------

@@ -1,0 +1,330 @@
+-- backoff.budget.common: what every budget kind shares (the bottom
+-- layer of lua/backoff/budget/*.lua; it requires only backoff.core).
+--
+-- * option tables checked against a spec, with one message style:
+--     backoff.budget.grpc: option 'max_tokens' must be a number > 0
+--     and <= 1000 (got nan)
+-- * method arguments checked with the C budget's style:
+--     bad argument #1 to 'withdraw' (cost must be an integer >= 0 and
+--     <= 2^53 (got -1))
+-- * self checks: calling 'withdraw' on bad self (backoff.budget.grpc
+--   expected, got table)
+-- * the shared counter: an integer in an ngx.shared dict changed by
+--   dict:incr only (see the interleaving notes in doc/budget.md), with
+--   the checks that treat a foreign value as corrupt.
+--
+-- Everything raises before it changes anything: a bad argument leaves
+-- the budget as it was.
+
+local core = require "backoff.core"
+
+local error, floor, getmetatable, ipairs, pairs, rawget, rawset,
+      setmetatable, tostring, type = error, math.floor, getmetatable,
+      ipairs, pairs, rawget, rawset, setmetatable, tostring, type
+local huge = math.huge
+local repr = core._repr
+
+local C = {}
+
+C.repr = repr
+C.MAX = 9007199254740992             -- 2^53: every count is at most this
+C.SHARED_MAX = 1099511627776         -- 2^40: a shared capacity's bound
+-- a shared counter never legitimately leaves [-SPAN*cap, (SPAN+1)*cap]:
+-- every amount is clamped to cap and each of at most SPAN workers has
+-- at most one incr not yet taken back (see counter_ok)
+C.SPAN = 64
+C.DEFAULT_KEY = "backoff:budget"
+
+-- an integer from 0 to 2^53 (NaN, infinities, fractions refused)
+local function is_count(v)
+  return type(v) == "number" and v >= 0 and v <= C.MAX and v == floor(v)
+end
+C.is_count = is_count
+
+-- a whole number as the same text on every Lua ("5", not "5.0")
+local function num(v)
+  if type(v) == "number" and v == floor(v) and v > -2^63 and v < 2^63 then
+    return ("%d"):format(v)
+  end
+  return tostring(v)
+end
+C.num = num
+
+-- thousandths as text: 3200 -> "3.2", 4000 -> "4"
+function C.milli_text(v)
+  if v % 1000 == 0 then return num(v / 1000) end
+  return (("%.3f"):format(v / 1000):gsub("0+$", ""))
+end
+
+------------------------------------------------------------------------
+-- options
+
+-- rules: name -> { check = function(v) -> ok, rule = "text", default }
+-- ctor: "backoff.budget.grpc" (for messages).  Returns a table of every
+-- option, defaults filled in; `extra` names the options handled by the
+-- caller (shared, key, ...), copied as they are.  Raises at `level`
+-- (of the stack as error() counts it from here).
+function C.options(ctor, opts, rules, extra, level)
+  if opts == nil then opts = {} end
+  if type(opts) ~= "table" then
+    error(ctor .. ": options must be a table (got " .. type(opts) .. ")",
+          level)
+  end
+  local out = {}
+  for k, v in pairs(opts) do
+    local r = rules[k]
+    if r then
+      if not r.check(v) then
+        error(("%s: option '%s' must be %s (got %s)"):format(ctor, k,
+              r.rule, repr(v)), level)
+      end
+      out[k] = v
+    elseif extra and extra[k] then
+      out[k] = v
+    else
+      error(ctor .. ": unknown option " .. repr(k), level)
+    end
+  end
+  for k, r in pairs(rules) do
+    if out[k] == nil then out[k] = r.default end
+  end
+  return out
+end
+
+-- rule makers
+function C.count_rule(default, max, max_text)
+  max = max or C.MAX
+  return { default = default,
+    check = function(v) return is_count(v) and v <= max end,
+    rule = "an integer >= 0 and <= "
+           .. (max_text or max == C.MAX and "2^53" or num(max)) }
+end
+
+-- a number in (lo, hi] (lo_open) or [lo, hi]
+function C.number_rule(default, lo, hi, lo_open, text)
+  return { default = default,
+    check = function(v)
+      if type(v) ~= "number" or v ~= v or v == huge or v == -huge then
+        return false
+      end
+      if lo_open then return v > lo and v <= hi end
+      return v >= lo and v <= hi
+    end,
+    rule = text }
+end
+
+function C.function_rule(default)
+  return { default = default,
+    check = function(v) return type(v) == "function" end,
+    rule = "a function" }
+end
+
+------------------------------------------------------------------------
+-- methods
+
+-- Raise like luaL_argerror for argument n (counted after self) of the
+-- method two levels up (the caller of the function calling this): as
+-- lauxlib numbers them, self counts when the method was not called
+-- with a colon (pcall(b.withdraw, b, x) says #2, as the C budget).
+local getinfo = debug.getinfo
+local function argerror(n, method, msg)
+  local info = getinfo(3, "n")
+  if not (info and info.namewhat == "method") then n = n + 1 end
+  error(("bad argument #%d to '%s' (%s)"):format(n, method, msg), 4)
+end
+
+-- an optional count argument (nil: dflt)
+function C.count_arg(v, method, name, dflt)
+  if v == nil then return dflt end
+  if not is_count(v) then
+    argerror(1, method, ("%s must be an integer >= 0 and <= 2^53 (got %s)")
+             :format(name, repr(v)))
+  end
+  return v
+end
+
+-- record(ok [, attempt [, cost]]): checked, then the attempt (default 1)
+-- and cost (nil when not given) are returned
+function C.record_args(ok, attempt, cost)
+  if type(ok) ~= "boolean" then
+    argerror(1, "record", "ok must be a boolean (got " .. repr(ok) .. ")")
+  end
+  if attempt == nil then
+    attempt = 1
+  elseif not (is_count(attempt) and attempt >= 1) then
+    argerror(2, "record", "attempt must be an integer >= 1 and <= 2^53 "
+             .. "(got " .. repr(attempt) .. ")")
+  end
+  if cost ~= nil and not is_count(cost) then
+    argerror(3, "record", "cost must be an integer >= 0 and <= 2^53 (got "
+             .. repr(cost) .. ")")
+  end
+  return attempt, cost
+end
+
+-- self must have metatable mt, else raise for method at `level`
+-- (default 4: the caller of the method that called a local check)
+function C.self_check(self, mt, method, level)
+  if getmetatable(self) ~= mt then
+    error(("calling '%s' on bad self (%s expected, got %s)")
+          :format(method, mt.__name, type(self)), level or 4)
+  end
+end
+
+-- thousandths -> the number (an integer when whole, on every Lua)
+function C.from_milli(v)
+  local x = v / 1000
+  if x == floor(x) then return floor(x) end
+  return x
+end
+
+-- methods that only return fields, checked: getter(mt, "capacity", f)
+function C.getter(mt, name, field)
+  mt[name] = function(self)
+    if getmetatable(self) ~= mt then
+      error(("calling '%s' on bad self (%s expected, got %s)")
+            :format(name, mt.__name, type(self)), 2)
+    end
+    return self[field]
+  end
+end
+
+------------------------------------------------------------------------
+-- the shared dict
+
+function C.is_dict(v)
+  local t = type(v)
+  return (t == "table" or t == "userdata") and type(v.incr) == "function"
+    and type(v.get) == "function"
+end
+
+-- shared (an ngx.shared dict) and key (default backoff:budget) from the
+-- options, checked; the dict key of this configuration: key, "|", the
+-- kind's letter and every option that shapes the shared state (short:
+-- C.short, "." between), so that two budgets share a counter only when
+-- they agree on all of them.  Raises at
+-- `level` (as error() counts it from here).
+function C.shared_key(ctor, o, kind, parts, level)
+  if not C.is_dict(o.shared) then
+    error(ctor .. ": option 'shared' must be an ngx.shared dict (got "
+          .. repr(o.shared) .. ")", level)
+  end
+  local key = o.key
+  if key == nil then key = C.DEFAULT_KEY end
+  if type(key) ~= "string" or key == "" then
+    error(ctor .. ": option 'key' must be a non-empty string (got "
+          .. repr(key) .. ")", level)
+  end
+  local p = {}
+  for i, v in ipairs(parts) do p[i] = C.short(v) end
+  return key, key .. "|" .. kind .. table.concat(p, ".")
+end
+
+-- A number as short exact text: an integer in base 36 ("6000" ->
+-- "4mo"), anything else as %.17g.  Dict keys stay short: nginx hashes
+-- every key of every dict call, a few ns a byte.
+local DIGITS = "0123456789abcdefghijklmnopqrstuvwxyz"
+function C.short(v)
+  if v ~= floor(v) or v < 0 or v >= 2 ^ 53 then
+    return ("%.17g"):format(v)
+  end
+  if v == 0 then return "0" end
+  local out = ""
+  while v > 0 do
+    local d = v % 36
+    out = DIGITS:sub(d + 1, d + 1) .. out
+    v = (v - d) / 36
+  end
+  return out
+end
+
+-- Is v a value this module can have written under a counter of
+-- capacity cap (an integer, |v| within SPAN capacities)?  Anything else
+-- (a string, NaN, an infinity, a fraction, a huge number) is corrupt.
+local SPAN = C.SPAN
+local function counter_ok(v, cap)
+  return type(v) == "number" and v == floor(v)
+    and v >= -SPAN * cap and v <= (SPAN + 1) * cap
+end
+C.counter_ok = counter_ok
+
+-- The counter's message for a corrupt value, which is deleted: the next
+-- call finds the key missing (a full budget, as after an eviction).
+function C.corrupt(dict, dkey, v)
+  if dict.delete then dict:delete(dkey) end
+  return "corrupt value under key " .. repr(dkey) .. " (" .. repr(v)
+         .. "): deleted"
+end
+
+-- Add n (0 <= n <= cap) to the counter at dkey (missing: init), then
+-- take back at once what went above cap.  Returns the counter after,
+-- or nil, err (dict error or corrupt value).
+function C.add(dict, dkey, n, cap, init)
+  local r, err = dict:incr(dkey, n, init)
+  if not r then return nil, err end
+  if not counter_ok(r, cap) then return nil, C.corrupt(dict, dkey, r) end
+  if r > cap then
+    local e = r - cap
+    if e > n then e = n end
+    r, err = dict:incr(dkey, -e, init)
+    if not r then return nil, err end
+    if not counter_ok(r, cap) then return nil, C.corrupt(dict, dkey, r) end
+  end
+  return r
+end
+
+-- Take c (0 < c <= cap) if it leaves the counter >= floor_; else give
+-- it back (through add) and refuse.  Returns true, or false [, err].
+function C.take(dict, dkey, c, cap, init, floor_)
+  local r, err = dict:incr(dkey, -c, init)
+  if not r then return false, err end
+  if not counter_ok(r, cap) then return false, C.corrupt(dict, dkey, r) end
+  if r >= floor_ then return true end
+  r, err = C.add(dict, dkey, c, cap, init)     -- undo
+  if not r then return false, err end
+  return false
+end
+
+-- the counter now (missing: init), or nil when corrupt (not deleted:
+-- a read changes nothing)
+function C.read(dict, dkey, cap, init)
+  local v = dict:get(dkey)
+  if v == nil then return init end
+  if not counter_ok(v, cap) then return nil end
+  return v
+end
+
+-- Give back the part below 0 after taking n (0 < n <= cap): r =
+-- incr(-n); if r < 0 then incr(min(n, -r)).  The counter after, or
+-- nil, err.
+function C.sub_floor(dict, dkey, n, cap, init)
+  local r, err = dict:incr(dkey, -n, init)
+  if not r then return nil, err end
+  if not counter_ok(r, cap) then return nil, C.corrupt(dict, dkey, r) end
+  if r < 0 then
+    local e = -r
+    if e > n then e = n end
+    r, err = dict:incr(dkey, e, init)
+    if not r then return nil, err end
+    if not counter_ok(r, cap) then return nil, C.corrupt(dict, dkey, r) end
+  end
+  return r
+end
+
+-- A dict of one Lua state, for the in-process budgets: the same calls
+-- as an ngx.shared dict (incr with init, get, delete), so that one code
+-- path serves both.  Nothing else can write it.
+local Mini = {}
+Mini.__index = Mini
+function Mini:incr(key, value, init)
+  local v = rawget(self, key)
+  if v == nil then v = init end
+  v = v + value
+  self[key] = v
+  return v
+end
+function Mini:get(key) return rawget(self, key) end
+function Mini:delete(key) rawset(self, key, nil) end
+function C.mini_dict() return setmetatable({}, Mini) end
+
+return C

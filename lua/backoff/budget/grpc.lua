@@ -1,0 +1,143 @@
+-- backoff.budget.grpc: gRPC's retry throttling (gRFC A6), in-process or
+-- shared by the workers of an nginx host.  See doc/budget.md.
+--
+-- The rule, as gRPC's ServerRetryThrottleData: token_count starts at
+-- max_tokens and stays in [0, max_tokens]; every failed attempt takes
+-- 1, every successful one adds token_ratio; a retry is allowed only
+-- while token_count > max_tokens / 2.  Counts are kept in thousandths
+-- (milli-tokens), as gRPC keeps them: token_ratio is rounded to 3
+-- decimals and every count is an exact integer.
+--
+-- The milli-tokens are one integer under a key, in-process in a dict of
+-- this Lua state, shared in an ngx.shared dict, changed by incr only
+-- (a missing key is full):
+--   failure: r = incr(-1000); if r < 0 then incr(min(1000, -r)) (what
+--     went below 0 is given back: the floor);
+--   success: r = incr(+ratio); if r > max, incr(-min(ratio, r - max)).
+-- Shared, a worker may see the counter briefly below 0 or above the
+-- maximum while another worker's call is in flight (by at most the
+-- amounts in flight); withdraw, allows and tokens read it clamped.
+
+local C = require "backoff.budget.common"
+
+local floor, getmetatable, setmetatable = math.floor, getmetatable,
+                                          setmetatable
+
+local CTOR = "backoff.budget.grpc"
+
+local Grpc = { __name = CTOR }
+Grpc.__index = Grpc
+
+local function check(self, method)
+  if getmetatable(self) ~= Grpc then C.self_check(self, Grpc, method) end
+end
+
+local read, from_milli = C.read, C.from_milli
+
+-- the counter, clamped to [0, max]; nil when corrupt
+local function milli_tokens(self)
+  local max = self.max
+  local v = read(self.dict, self.dkey, max, max)
+  if v == nil then return nil end
+  if v < 0 then return 0 end
+  if v > max then return max end
+  return v
+end
+
+-- bud:withdraw([cost]) -> true while token_count > max_tokens / 2; takes
+-- nothing (cost is checked, not used: A6 charges failures, not retries)
+function Grpc:withdraw(cost)
+  check(self, "withdraw")
+  C.count_arg(cost, "withdraw", "cost")
+  local v = milli_tokens(self)
+  if v == nil then
+    return false, C.corrupt(self.dict, self.dkey, self.dict:get(self.dkey))
+  end
+  return v > self.half
+end
+
+-- bud:allows([cost]) -> the same decision, reading only
+function Grpc:allows(cost)
+  check(self, "allows")
+  C.count_arg(cost, "allows", "cost")
+  local v = milli_tokens(self)
+  return v ~= nil and v > self.half
+end
+
+-- bud:record(ok [, attempt [, cost]]): failure -1 token, success
+-- +token_ratio, every attempt alike
+function Grpc:record(ok, attempt, cost)
+  check(self, "record")
+  C.record_args(ok, attempt, cost)
+  local max = self.max
+  if ok then
+    local n = self.ratio
+    if n > max then n = max end
+    if n > 0 then C.add(self.dict, self.dkey, n, max, max) end
+  else
+    C.sub_floor(self.dict, self.dkey, 1000, max, max)
+  end
+end
+
+-- bud:deposit([n]) -> token_count: gives back what withdraw(n) took,
+-- which is nothing (A6 charges failures): n is checked, nothing changes
+function Grpc:deposit(n)
+  check(self, "deposit")
+  C.count_arg(n, "deposit", "n")
+  return from_milli(milli_tokens(self) or 0)
+end
+
+-- bud:tokens() -> token_count (0 to max_tokens, thousandths)
+function Grpc:tokens()
+  check(self, "tokens")
+  return from_milli(milli_tokens(self) or 0)
+end
+
+function Grpc:max_tokens()
+  check(self, "max_tokens")
+  return from_milli(self.max)
+end
+
+function Grpc:token_ratio()
+  check(self, "token_ratio")
+  return from_milli(self.ratio)
+end
+
+C.getter(Grpc, "dict_key", "dkey")
+
+function Grpc:__tostring()
+  check(self, "__tostring")
+  return ("%s: %s%s/%s tokens (token_ratio %s)"):format(CTOR,
+    self.shared and ("shared " .. C.repr(self.dkey) .. ", ") or "",
+    C.milli_text(milli_tokens(self) or 0), C.milli_text(self.max),
+    C.milli_text(self.ratio))
+end
+
+local RULES = {
+  max_tokens = { default = 10, rule = "an integer > 0 and <= 1000",
+    check = function(v)
+      return C.is_count(v) and v > 0 and v <= 1000
+    end },
+  token_ratio = C.number_rule(0.1, 0, 1000, true,
+    "a number > 0 and <= 1000"),
+}
+local EXTRA = { shared = true, key = true }
+
+-- grpc(opts) -> an A6 throttle; opts: max_tokens (10), token_ratio
+-- (0.1), shared, key
+local function new(opts, level)
+  level = level or 2          -- the caller's frame, from here
+  local o = C.options(CTOR, opts, RULES, EXTRA, level + 1)
+  local max, ratio = o.max_tokens * 1000, floor(o.token_ratio * 1000 + 0.5)
+  local self = { max = max, half = floor(max / 2), ratio = ratio }
+  if o.shared ~= nil or o.key ~= nil then
+    self.key, self.dkey = C.shared_key(CTOR, o, "g", { max, ratio },
+                                       level + 1)
+    self.dict, self.shared = o.shared, true
+  else
+    self.dict, self.dkey = C.mini_dict(), "tokens"
+  end
+  return setmetatable(self, Grpc)
+end
+
+return { new = new, metatable = Grpc }

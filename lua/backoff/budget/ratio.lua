@@ -1,0 +1,155 @@
+-- backoff.budget.ratio: a retry budget as a share of the requests over
+-- a sliding window (Finagle's RetryBudget), in-process or shared by the
+-- workers of an nginx host.  See doc/budget.md.
+--
+-- The rule, as Finagle's TokenRetryBudget over a WindowedAdder: every
+-- request (a first attempt) deposits 1000 units and every retry
+-- withdraws 1000 / (percent / 100) units; both expire after `ttl`
+-- seconds (10 slices of ttl / 10); a retry is allowed when the
+-- balance, the window's sum plus a reserve of min_per_second x ttl
+-- retries, covers it.  So over any ttl at most percent% of the
+-- requests plus min_per_second x ttl are retried.  percent = 0: no
+-- credit for requests, only the reserve.
+--
+-- Shared: deposits and withdrawals go to the current slice's key with
+-- incr; a withdrawal is made first and undone (in the same slice) when
+-- the balance it left is below 0, as the token bucket does: never
+-- overdrawn, whatever the interleaving; a withdrawal in flight can make
+-- another worker see the balance briefly low.  Missing slices count 0:
+-- an evicted key forgets requests (fewer retries) and withdrawals
+-- (more, within the reserve and the window's requests).
+
+local C = require "backoff.budget.common"
+local W = require "backoff.budget.window"
+local core = require "backoff.core"
+
+local floor, getmetatable, setmetatable, type = math.floor, getmetatable,
+                                                setmetatable, type
+
+local CTOR = "backoff.budget.ratio"
+local SCALE = 1000                      -- units one request deposits
+
+local Ratio = { __name = CTOR }
+Ratio.__index = Ratio
+
+local function check(self, method)
+  if getmetatable(self) ~= Ratio then C.self_check(self, Ratio, method) end
+end
+
+-- the balance (units), or nil, err
+local function balance(self)
+  local s, err = self.win:sum("b")
+  if not s then return nil, err end
+  return s + self.reserve
+end
+
+-- bud:withdraw([cost]) -> true when the balance covered cost retries
+-- (taken), else false (nothing taken) [, err]
+function Ratio:withdraw(cost)
+  check(self, "withdraw")
+  cost = C.count_arg(cost, "withdraw", "cost", 1)
+  if cost == 0 then return true end
+  local n = cost * self.unit
+  if n > self.most then return false end    -- more than can ever be
+  local win = self.win
+  local i, err = win:add("b", -n)
+  if not i then return false, err end
+  local b
+  b, err = balance(self)
+  if b and b >= 0 then return true end
+  win:add_at("b", n, i)                     -- undo, in the same slice
+  if err then return false, err end
+  return false
+end
+
+-- bud:allows([cost]) -> would withdraw(cost) succeed now
+function Ratio:allows(cost)
+  check(self, "allows")
+  cost = C.count_arg(cost, "allows", "cost", 1)
+  if cost == 0 then return true end
+  local b = balance(self)
+  return b ~= nil and b >= cost * self.unit
+end
+
+-- bud:record(ok [, attempt [, cost]]): a first attempt is a request:
+-- it deposits (whatever its outcome)
+function Ratio:record(ok, attempt, cost)
+  check(self, "record")
+  attempt = C.record_args(ok, attempt, cost)
+  if attempt == 1 and self.dep > 0 then self.win:add("b", self.dep) end
+end
+
+-- bud:deposit([n]) -> the retries the balance allows after: gives back
+-- what withdraw(n) took (n retries, default 1) to the current slice;
+-- nil, err when the dict fails
+function Ratio:deposit(n)
+  check(self, "deposit")
+  n = C.count_arg(n, "deposit", "n", 1)
+  if n > 0 then
+    local m = n * self.unit
+    if m > self.most then m = self.most end
+    local i, err = self.win:add("b", m)
+    if not i then return nil, err end
+  end
+  return self:tokens()
+end
+
+-- bud:tokens() -> the whole retries the balance allows now (>= 0)
+function Ratio:tokens()
+  check(self, "tokens")
+  local b = balance(self)
+  if not b or b <= 0 then return 0 end
+  return floor(b / self.unit)
+end
+
+C.getter(Ratio, "ttl", "ttl_")
+C.getter(Ratio, "percent", "percent_")
+C.getter(Ratio, "min_per_second", "min_")
+C.getter(Ratio, "dict_key", "dkey")
+
+function Ratio:__tostring()
+  check(self, "__tostring")
+  return ("%s: %s%s%% of requests over %s s + %s/s"):format(CTOR,
+    self.shared and ("shared " .. C.repr(self.dkey) .. ", ") or "",
+    C.num(self.percent_), C.num(self.ttl_), C.num(self.min_))
+end
+
+local RULES = {
+  ttl = C.number_rule(10, 1, 60, false, "a number >= 1 and <= 60"),
+  percent = { default = 20, rule = "0 or a number >= 0.01 and <= 100000",
+    check = function(v)
+      return type(v) == "number" and (v == 0 or v >= 0.01 and v <= 100000)
+    end },
+  min_per_second = C.number_rule(10, 0, 2 ^ 20, false,
+    "a number >= 0 and <= 2^20"),
+  clock = C.function_rule(nil),
+}
+local EXTRA = { shared = true, key = true }
+
+-- ratio(opts) -> the budget; opts: ttl (10), percent (20),
+-- min_per_second (10), clock (backoff.now), shared, key
+local function new(opts, level)
+  level = level or 2          -- the caller's frame, from here
+  local o = C.options(CTOR, opts, RULES, EXTRA, level + 1)
+  local p = o.percent
+  -- Finagle: deposit 1000, withdrawal 1000 / (percent / 100) units
+  local dep = p == 0 and 0 or SCALE
+  local unit = p == 0 and 1 or floor(SCALE * 100 / p)
+  if unit < 1 then unit = 1 end
+  local reserve = floor(o.min_per_second * o.ttl * unit)
+  local self = { ttl_ = o.ttl, percent_ = p, min_ = o.min_per_second,
+    dep = dep, unit = unit, reserve = reserve,
+    most = 2 ^ 45 }                     -- units: far below the slices' 2^50
+  local clock = o.clock or core.now
+  if o.shared ~= nil or o.key ~= nil then
+    self.key, self.dkey = C.shared_key(CTOR, o, "r",
+      { o.ttl, p, o.min_per_second }, level + 1)
+    self.win = W.dict(CTOR, o.ttl, 10, clock, o.shared, self.dkey)
+    self.shared = true
+  else
+    self.win = W.ring(CTOR, o.ttl, 10, clock, { "b" })
+  end
+  return setmetatable(self, Ratio)
+end
+
+return { new = new, metatable = Ratio }

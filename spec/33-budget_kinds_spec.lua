@@ -1,0 +1,273 @@
+-- Every budget kind speaks one protocol (withdraw, allows, record,
+-- deposit, tokens), in-process and shared through an ngx.shared dict
+-- (here a fake one, spec/budget_dict.lua); what each kind's state does
+-- when its dict key is missing or holds a foreign value.
+
+local budget = require "backoff.budget"
+local new_dict = dofile("spec/budget_dict.lua")
+
+-- a clock the specs move by hand, and a draw they choose
+local function world()
+  local w = { t = 1000, draw = 0.5 }
+  w.clock = function() return w.t end
+  w.random = function() return w.draw end
+  return w
+end
+
+-- each kind, built in-process (dict nil) or shared (dict given)
+local KINDS = {
+  { name = "token bucket", alt = { capacity = 7 },
+    make = function(o, dict)
+      o = o or {}
+      o.shared = dict
+      return budget(o)
+    end },
+  { name = "grpc", alt = { max_tokens = 7 }, make = function(o, dict)
+      o = o or {}
+      o.shared = dict
+      return budget.grpc(o)
+    end },
+  { name = "earned", alt = { capacity = 7 }, make = function(o, dict)
+      o = o or {}
+      o.shared = dict
+      return budget.earned(o)
+    end },
+  { name = "recommended", make = function(o, dict)
+      return budget.recommended { shared = dict, key = o and o.key }
+    end },
+  { name = "ratio", alt = { percent = 7 }, make = function(o, dict, w)
+      o = o or {}
+      o.shared, o.clock = dict, (w or world()).clock
+      return budget.ratio(o)
+    end },
+  { name = "adaptive", alt = { window = 7 }, make = function(o, dict, w)
+      o = o or {}
+      w = w or world()
+      o.shared, o.clock, o.random = dict, w.clock, w.random
+      return budget.adaptive(o)
+    end },
+}
+
+local function finite(v)
+  return type(v) == "number" and v == v and v >= 0 and v < math.huge
+end
+
+for _, kind in ipairs(KINDS) do
+  for _, where in ipairs { "in-process", "shared" } do
+    local function make(o, w)
+      local dict = where == "shared" and new_dict() or nil
+      return kind.make(o, dict, w), dict
+    end
+
+    describe(kind.name .. " (" .. where .. ")", function()
+      it("has every method of the protocol", function()
+        local b = make()
+        for _, m in ipairs { "withdraw", "allows", "record", "deposit",
+                             "tokens" } do
+          assert.equal("function", type(b[m]), m)
+        end
+        assert.matches("^backoff%.budget", tostring(b))
+        assert.is_string(budget.kind(b))
+      end)
+
+      it("allows() says what withdraw() will do and takes nothing",
+         function()
+        local b = make()
+        for _ = 1, 30 do
+          local before = b:tokens()
+          local a = b:allows()
+          assert.equal(before, b:tokens())
+          if kind.name ~= "adaptive" then      -- adaptive draws each time
+            assert.equal(a, b:withdraw())
+          else
+            b:withdraw()
+          end
+          b:record(false, 2)
+        end
+      end)
+
+      it("a refused withdraw takes nothing; tokens() stays finite >= 0",
+         function()
+        local b = make()
+        local refused = 0
+        for i = 1, 200 do
+          local before = b:tokens()
+          assert.is_true(finite(before), tostring(before))
+          if b:withdraw() then
+            b:record(false, 2)
+          else
+            refused = refused + 1
+            -- adaptive counts a refused retry as a request (SRE)
+            if kind.name ~= "adaptive" then
+              assert.equal(before, b:tokens())
+            end
+            b:record(i % 7 == 0, 1)
+          end
+        end
+        assert.is_true(refused > 0, "a failing upstream is refused at last")
+      end)
+
+      it("a success on a fresh budget leaves it as it was", function()
+        local b = make()
+        local t = b:tokens()
+        b:record(true, 1)
+        b:record(true, 2, nil)
+        assert.equal(t, b:tokens())
+        assert.is_true(b:withdraw())
+      end)
+
+      it("deposit() gives back what withdraw() took", function()
+        local b = make()
+        assert.is_true(b:withdraw())
+        local after = b:tokens()
+        local r = b:deposit(kind.name == "token bucket" and b:cost()
+                            or nil)
+        assert.is_true(finite(r))
+        assert.is_true(b:tokens() >= after)
+      end)
+
+      if where == "shared" then
+        it("two objects on one dict and key share the state; another key "
+           .. "or another configuration does not", function()
+          local w = world()
+          local dict = new_dict()
+          local a = kind.make(nil, dict, w)
+          local b = kind.make(nil, dict, w)
+          local other = kind.make({ key = "other" }, dict, w)
+          assert.equal(a:dict_key(), b:dict_key())
+          assert.are_not.equal(a:dict_key(), other:dict_key())
+          assert.truthy(a:dict_key():find("backoff:budget|", 1, true))
+          -- drain a; b sees it, other does not
+          for _ = 1, 2000 do
+            if not a:withdraw() then break end
+            a:record(false, 2)
+          end
+          if kind.name ~= "adaptive" then
+            assert.is_false(b:allows())
+          end
+          assert.is_true(other:allows())
+          if kind.alt then
+            local alt = kind.make(kind.alt, dict, w)
+            assert.are_not.equal(a:dict_key(), alt:dict_key())
+            assert.is_true(alt:allows())
+          end
+        end)
+
+        it("a missing key (never written, evicted) is the documented "
+           .. "fresh state", function()
+          local b, dict = make()
+          local fresh = b:tokens()
+          for _ = 1, 50 do
+            if b:withdraw() then b:record(false, 2) end
+          end
+          for k in pairs(dict.data) do dict.data[k] = nil end   -- evicted
+          assert.equal(fresh, b:tokens())
+          assert.is_true(b:withdraw())
+        end)
+
+        it("a foreign value under its keys is corrupt: no retry is "
+           .. "granted on it, nothing NaN comes back", function()
+          for _, v in ipairs { 0 / 0, 1 / 0, -1 / 0, 2 ^ 53, 1e300, 0.5,
+                               "text", -2 ^ 60 } do
+            local w = world()
+            local b, dict = make(nil, w)
+            b:record(true, 1)
+            assert.is_true(b:withdraw())   -- writes its keys
+            b:record(false, 2)
+            for k in pairs(dict.data) do dict.data[k] = v end
+            local t = b:tokens()
+            assert.is_true(finite(t), tostring(t))
+            assert.is_false(b:allows())
+            local ok, err = b:withdraw()
+            assert.is_false(ok)
+            assert.is_string(err)
+            -- never a raise, whatever the value
+            b:record(true, 1)
+            b:record(false, 2)
+            b:deposit()
+          end
+        end)
+      end
+    end)
+  end
+end
+
+describe("budget.kind", function()
+  it("names the kind of a budget, nil for anything else", function()
+    assert.equal("token_bucket", budget.kind(budget {}))
+    assert.equal("token_bucket", budget.kind(budget { shared = new_dict() }))
+    assert.equal("grpc", budget.kind(budget.grpc {}))
+    assert.equal("earned", budget.kind(budget.recommended()))
+    assert.equal("ratio", budget.kind(budget.ratio {}))
+    assert.equal("adaptive", budget.kind(budget.adaptive {}))
+    for _, v in ipairs { {}, "x", 1, io.stdout } do
+      assert.is_nil(budget.kind(v))
+    end
+  end)
+
+  it("keeps budget{} the token bucket, as before", function()
+    local b = budget { capacity = 10, cost = 5, refund = 1 }
+    assert.equal(10, b:capacity())
+    assert.is_true(b:withdraw())
+    assert.equal(5, b:tokens())
+    assert.equal(budget.token_bucket { capacity = 10 }:capacity(), 10)
+    assert.equal(require("backoff").budget, budget)
+  end)
+end)
+
+describe("budget.ratio's window", function()
+  it("expires requests and retries after ttl", function()
+    local w = world()
+    local b = budget.ratio { ttl = 10, percent = 50, min_per_second = 0,
+                             clock = w.clock }
+    for _ = 1, 10 do b:record(true, 1) end        -- 10 requests
+    assert.equal(5, b:tokens())                   -- 50% of them
+    for _ = 1, 5 do assert.is_true(b:withdraw()) end
+    assert.is_false(b:withdraw())
+    w.t = w.t + 5
+    assert.is_false(b:withdraw())                 -- all still counted
+    w.t = w.t + 6                                 -- both expired
+    assert.equal(0, b:tokens())
+    for _ = 1, 2 do b:record(false, 1) end        -- outcomes do not matter
+    assert.equal(1, b:tokens())
+    assert.is_true(b:withdraw())
+  end)
+
+  it("keeps a reserve of min_per_second x ttl retries", function()
+    local w = world()
+    local b = budget.ratio { ttl = 2, percent = 0, min_per_second = 3,
+                             clock = w.clock }
+    assert.equal(6, b:tokens())
+    for _ = 1, 6 do assert.is_true(b:withdraw()) end
+    assert.is_false(b:withdraw())
+    b:record(true, 1)                             -- percent 0: no credit
+    assert.is_false(b:withdraw())
+    w.t = w.t + 2.5
+    assert.equal(6, b:tokens())
+  end)
+
+  it("shared: slices expire in the dict by themselves", function()
+    local w = world()
+    local dict = new_dict()
+    dict.now = w.clock
+    local b = budget.ratio { ttl = 10, percent = 100, min_per_second = 0,
+                             clock = w.clock, shared = dict }
+    for _ = 1, 4 do b:record(true, 1) end
+    assert.is_true(dict:count() > 0)
+    assert.equal(4, b:tokens())
+    w.t = w.t + 30
+    assert.equal(0, dict:count())
+    assert.equal(0, b:tokens())
+  end)
+
+  it("treats a clock that goes back as no time passed", function()
+    local w = world()
+    local b = budget.ratio { ttl = 10, percent = 100, min_per_second = 0,
+                             clock = w.clock }
+    b:record(true, 1)
+    w.t = w.t - 100
+    assert.equal(1, b:tokens())
+    w.t = w.t + 100 + 11
+    assert.equal(0, b:tokens())
+  end)
+end)

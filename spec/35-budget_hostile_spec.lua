@@ -1,0 +1,248 @@
+-- Hostile input to every budget kind: each option and each method
+-- argument refuses NaN, infinities, negatives, fractions where a count
+-- is needed, wrong types and wrong selves, with a message naming it, and
+-- the budget is exactly as it was after the error.
+
+local budget = require "backoff.budget"
+local new_dict = dofile("spec/budget_dict.lua")
+
+local NAN, INF = 0 / 0, math.huge
+local clock = function() return 50 end
+local draw = function() return 0.5 end
+
+-- constructor, its name in messages, and bad values per option with the
+-- words the message must hold
+local COUNT = "must be an integer >= 0 and <= "
+local CASES = {
+  { ctor = budget, name = "backoff.budget", opts = {
+      capacity = { NAN, INF, -1, 2.5, "5", true, {}, 2 ^ 53 + 2 },
+      cost = { NAN, -INF, -5, 0.5, "1", false },
+      refund = { NAN, INF, -1, 1.5, print } },
+    rule = COUNT },
+  { ctor = budget.grpc, name = "backoff.budget.grpc", opts = {
+      max_tokens = { NAN, INF, 0, -1, 2.5, 1001, "10", {} },
+      token_ratio = { NAN, INF, -INF, 0, -0.1, 1001, "0.1", true } } },
+  { ctor = budget.earned, name = "backoff.budget.earned", opts = {
+      capacity = { NAN, INF, -1, 1.5, 2 ^ 31, "8" },
+      cost = { NAN, -1, 0.25, "1" },
+      earn = { NAN, INF, -0.5, 1001, "6" },
+      window = { NAN, INF, 0, 0.5, -3, 2 ^ 21, "200" },
+      throttle_cost = { NAN, INF, -1, 1.5, "9" } } },
+  { ctor = budget.ratio, name = "backoff.budget.ratio", opts = {
+      ttl = { NAN, INF, 0, 0.5, 61, -10, "10" },
+      percent = { NAN, INF, -1, 0.001, 100001, "20" },
+      min_per_second = { NAN, INF, -1, 2 ^ 21, "10" },
+      clock = { 5, "now", {}, true } } },
+  { ctor = budget.adaptive, name = "backoff.budget.adaptive", opts = {
+      k = { NAN, INF, 0, -2, 1001, "2" },
+      window = { NAN, INF, 0, 0.5, 86401, "120" },
+      clock = { 5, {}, false },
+      random = { 0.5, "math.random", {} } } },
+}
+
+describe("budget constructors refuse bad options", function()
+  for _, c in ipairs(CASES) do
+    it(c.name .. ": every option, every kind of bad value", function()
+      for opt, bads in pairs(c.opts) do
+        for _, v in ipairs(bads) do
+          for _, shared in ipairs { false, true } do
+            local o = { [opt] = v }
+            if shared then o.shared = new_dict() end
+            local ok, err = pcall(c.ctor, o)
+            assert.is_false(ok, opt .. " = " .. tostring(v))
+            assert.matches(c.name .. ": option '" .. opt .. "' must be",
+                           err, 1, true)
+            if type(v) == "number" and v ~= v then
+              assert.matches("(got nan)", err, 1, true)
+            end
+          end
+        end
+      end
+    end)
+
+    it(c.name .. ": unknown options, non-tables, bad shared and key",
+       function()
+      for _, o in ipairs { { colour = 1 }, { [1] = 2 }, { shard = {} } } do
+        local ok, err = pcall(c.ctor, o)
+        assert.is_false(ok)
+        assert.matches(c.name .. ": unknown option", err, 1, true)
+      end
+      for _, o in ipairs { 5, "x", true } do
+        local ok, err = pcall(c.ctor, o)
+        assert.is_false(ok)
+        assert.matches("options must be a table", err, 1, true)
+      end
+      for _, d in ipairs { 5, "dict", {}, { incr = 1, get = 2 } } do
+        local ok, err = pcall(c.ctor, { shared = d })
+        assert.is_false(ok)
+        assert.matches("option 'shared' must be an ngx.shared dict", err,
+                       1, true)
+      end
+      for _, k in ipairs { "", 5, {}, true } do
+        local ok, err = pcall(c.ctor, { shared = new_dict(), key = k })
+        assert.is_false(ok)
+        assert.matches("option 'key' must be a non-empty string", err, 1,
+                       true)
+      end
+    end)
+  end
+
+  it("recommended takes shared and key only", function()
+    local ok, err = pcall(budget.recommended, { capacity = 3 })
+    assert.is_false(ok)
+    assert.matches("backoff.budget.recommended: unknown option 'capacity'",
+                   err, 1, true)
+    ok, err = pcall(budget.recommended, 7)
+    assert.is_false(ok)
+    assert.matches("options must be a table (got number)", err, 1, true)
+    ok, err = pcall(budget.recommended, { key = "k" })
+    assert.is_false(ok)
+    assert.matches("option 'shared' must be an ngx.shared dict", err, 1,
+                   true)
+  end)
+
+  it("raises at the caller's line", function()
+    local line = debug.getinfo(1, "l").currentline + 1
+    local ok, err = pcall(function() budget.grpc { max_tokens = -1 } end)
+    assert.is_false(ok)
+    assert.matches(":" .. line .. ":", err, 1, true)
+  end)
+end)
+
+-- every kind, in-process and shared, with a twin fed only the valid
+-- calls: after each bad call the two must still agree
+local MAKERS = {
+  { "token bucket", function(d) return budget { shared = d } end },
+  { "grpc", function(d) return budget.grpc { shared = d } end },
+  { "earned", function(d) return budget.earned { shared = d } end },
+  { "ratio", function(d)
+      return budget.ratio { shared = d, clock = clock, percent = 50,
+                            min_per_second = 1 }
+    end },
+  { "adaptive", function(d)
+      return budget.adaptive { shared = d, clock = clock, random = draw }
+    end },
+}
+
+local BAD_COUNTS = { NAN, INF, -INF, -1, 2.5, 2 ^ 53 + 2, "1", true, {},
+                     print }
+
+for _, m in ipairs(MAKERS) do
+  for _, shared in ipairs { false, true } do
+    local label = m[1] .. (shared and " (shared)" or " (in-process)")
+    describe(label .. " methods refuse bad arguments", function()
+      local function pair()
+        return m[2](shared and new_dict() or nil),
+               m[2](shared and new_dict() or nil)
+      end
+      local function same(a, b)
+        assert.equal(b:tokens(), a:tokens())
+        assert.equal(b:allows(), a:allows())
+      end
+
+      it("withdraw, allows, deposit: a bad count raises, nothing changes",
+         function()
+        local a, b = pair()
+        for _, x in ipairs { a, b } do
+          x:record(false, 1)
+          x:withdraw()
+        end
+        for _, v in ipairs(BAD_COUNTS) do
+          for _, meth in ipairs { "withdraw", "allows", "deposit" } do
+            -- pcall(b.m, b, v): lauxlib counts self, so v is #2
+            local ok, err = pcall(a[meth], a, v)
+            assert.is_false(ok, meth .. "(" .. tostring(v) .. ")")
+            assert.matches("bad argument #2 to '" .. meth .. "'", err, 1,
+                           true)
+            ok, err = pcall(function() return a[meth](a, v) end)
+            assert.is_false(ok)
+            assert.matches("bad argument #2 to '" .. meth .. "'", err, 1,
+                           true)
+            ok, err = pcall(function()   -- a method call, not a tail call
+              local r
+              if meth == "withdraw" then r = a:withdraw(v)
+              elseif meth == "allows" then r = a:allows(v)
+              else r = a:deposit(v) end
+              return r
+            end)
+            assert.is_false(ok)
+            assert.matches("bad argument #1 to '" .. meth .. "'", err, 1,
+                           true)
+            assert.matches("must be an integer >= 0", err, 1, true)
+            same(a, b)
+          end
+        end
+        assert.equal(b:withdraw(), a:withdraw())
+        same(a, b)
+      end)
+
+      it("record: ok must be a boolean, attempt an integer >= 1, cost a "
+         .. "count", function()
+        local a, b = pair()
+        -- numbered as for a:record(...)
+        local cases = {
+          { { nil }, "#1", "ok must be a boolean" },
+          { { 1 }, "#1", "ok must be a boolean" },
+          { { "true" }, "#1", "ok must be a boolean" },
+          { { true, 0 }, "#2", "attempt must be an integer >= 1" },
+          { { true, NAN }, "#2", "(got nan)" },
+          { { false, INF }, "#2", "attempt must be" },
+          { { true, 1.5 }, "#2", "attempt must be" },
+          { { true, "2" }, "#2", "attempt must be" },
+          { { true, 2, -5 }, "#3", "cost must be an integer >= 0" },
+          { { false, 2, NAN }, "#3", "cost must be" },
+          { { true, 2, {} }, "#3", "cost must be" },
+        }
+        for _, c in ipairs(cases) do
+          local ok, err = pcall(function()
+            a:record(c[1][1], c[1][2], c[1][3])
+          end)
+          assert.is_false(ok)
+          assert.matches("bad argument " .. c[2] .. " to 'record'", err, 1,
+                         true)
+          assert.matches(c[3], err, 1, true)
+          same(a, b)
+        end
+      end)
+
+      it("every method refuses a wrong self", function()
+        local a = pair()
+        local others = { nil, {}, "x", 5, io.stdout, budget {},
+                         budget.grpc {}, budget.earned {},
+                         budget.ratio { clock = clock } }
+        for _, meth in ipairs { "withdraw", "allows", "record", "deposit",
+                                "tokens" } do
+          for i = 1, 9 do
+            local o = others[i]
+            if getmetatable(o) ~= getmetatable(a) then
+              local ok, err = pcall(a[meth], o, true)
+              assert.is_false(ok, meth)
+              assert.is_string(err)
+              assert.truthy(err:find("bad self", 1, true)
+                            or err:find("bad argument #1", 1, true), err)
+            end
+          end
+        end
+      end)
+    end)
+  end
+end
+
+describe("a misbehaving clock or draw", function()
+  it("is an error naming the option, not a NaN in the counts", function()
+    for _, v in ipairs { NAN, INF, "soon", nil } do
+      local b = budget.ratio { clock = function() return v end }
+      local ok, err = pcall(b.withdraw, b)
+      assert.is_false(ok)
+      assert.matches("option 'clock' returned", err, 1, true)
+    end
+    for _, v in ipairs { NAN, -0.1, 1.5, "x" } do
+      local b = budget.adaptive { clock = clock,
+                                  random = function() return v end }
+      b:record(false, 1)
+      local ok, err = pcall(b.withdraw, b)
+      assert.is_false(ok)
+      assert.matches("option 'random' returned", err, 1, true)
+    end
+  end)
+end)
