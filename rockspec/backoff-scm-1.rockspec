@@ -32,6 +32,7 @@ build = {
     ["backoff.retry_after"] = "lua/backoff/retry_after.lua",
     ["backoff.budget"] = "lua/backoff/budget.lua",
     ["backoff.balancer"] = "lua/backoff/balancer.lua",
+    ["backoff.metrics"] = "lua/backoff/metrics.lua",
     ["backoff.core"] = {
       -- the Makefile's CORE_SRC and BINDING_SRC
       sources = { "csrc/backoff.c", "csrc/backoff_options.c",
