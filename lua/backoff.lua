@@ -479,6 +479,10 @@ end
 M.retry = runner(false)
 methods.retry = runner(true)
 
+-- ropts checked as backoff.retry checks them (for backoff.http, which
+-- passes its caller's runner options on)
+function M._check_ropts(ropts) check_ropts(ropts) end
+
 -- fleet safety (API.md section 9): retry budgets, in-process or shared
 -- by nginx workers, and the balancer_by_lua helper
 M.budget = require "backoff.budget"

@@ -33,6 +33,8 @@ build = {
     ["backoff.budget"] = "lua/backoff/budget.lua",
     ["backoff.balancer"] = "lua/backoff/balancer.lua",
     ["backoff.metrics"] = "lua/backoff/metrics.lua",
+    ["backoff.http"] = "lua/backoff/http.lua",
+    ["backoff.http.hint"] = "lua/backoff/http/hint.lua",
     ["backoff.core"] = {
       -- the Makefile's CORE_SRC and BINDING_SRC
       sources = { "csrc/backoff.c", "csrc/backoff_options.c",
