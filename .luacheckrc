@@ -8,3 +8,4 @@ files["rockspec/*.rockspec"] = { std = "rockspec" }
 files["spec/nginx/app.lua"] = { globals = { "ngx" } }
 files["bin/backoff-delays"] = { std = "max" }
 files["spec/nginx/fleet_app.lua"] = { globals = { "ngx" } }
+files["spec/nginx/http_app.lua"] = { globals = { "ngx" } }

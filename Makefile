@@ -46,7 +46,8 @@ BUILD_PKGS := gcc libc6-dev $(call lua_dev,$(LUA_VERSION))
 DEMO_PKGS := gcc libc6-dev $(call lua_dev,5.4) luarocks
 TEST_PKGS := gcc libc6-dev $(foreach v,$(LUA_VERSIONS),$(call lua_dev,$(v))) \
              lua-busted lua-check lua-socket luarocks libcmocka-dev \
-             valgrind clang libclang-rt-dev nginx libnginx-mod-http-lua
+             valgrind clang libclang-rt-dev nginx libnginx-mod-http-lua \
+             python3-prometheus-client
 
 MODULE = $(BUILD)/$(1)/backoff/core.so
 # run Lua code against the build of version $(1)
@@ -114,6 +115,7 @@ test: deps-test $(foreach v,$(LUA_VERSIONS),$(call MODULE,$(v)))
 	@$(SUITE) threads $(MAKE) -s threads
 	@$(SUITE) nginx timeout 300 lua5.4 spec/nginx/run.lua $(CURDIR)
 	@$(SUITE) nginx-fleet timeout 120 lua5.4 spec/nginx/fleet.lua $(CURDIR)
+	@$(SUITE) nginx-http timeout 120 lua5.4 spec/nginx/http.lua $(CURDIR)
 	@$(SUITE) luarocks-make $(MAKE) -s rock-test
 	@$(SUITE) luacheck $(MAKE) -s lint
 	@sh spec/tap-summary $(TAP_DIR)

@@ -89,7 +89,7 @@ end
 -- from deep in the runner, whose frames would only mislead)
 local function phase_error(who, phase, d, advice, level)
   error(("%s: cannot wait %s s in nginx's %s phase: %s"):format(who,
-    repr(d), tostring(phase), advice), level)
+    repr(d), tostring(phase), advice), level == 0 and 0 or level + 1)
 end
 
 local function nop() end
