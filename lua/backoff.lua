@@ -144,8 +144,7 @@ end
 local function index(v, name) return v[name] end
 local function has_method(v, name)
   local t = type(v)
-  if t == "table" then return callable(v[name]) end
-  if t ~= "userdata" then return false end
+  if t ~= "table" and t ~= "userdata" then return false end
   local ok, m = pcall(index, v, name)
   return ok and callable(m)
 end

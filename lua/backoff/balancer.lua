@@ -36,9 +36,9 @@
 --   * balancer.done counts 499 (client closed) and 408 (client timed
 --     out) as neither success nor failure: nothing recorded or paid.
 
-local error, getmetatable, max, pairs, pcall, rawget, setmetatable,
+local error, getmetatable, max, next, pcall, rawget, setmetatable,
       tostring, type =
-      error, getmetatable, math.max, pairs, pcall, rawget, setmetatable,
+      error, getmetatable, math.max, next, pcall, rawget, setmetatable,
       tostring, type
 
 local core = require "backoff.core"
@@ -86,8 +86,7 @@ end
 local function index(v, name) return v[name] end
 local function has_method(v, name)
   local t = type(v)
-  if t == "table" then return type(v[name]) == "function" end
-  if t ~= "userdata" then return false end
+  if t ~= "table" and t ~= "userdata" then return false end
   local ok, f = pcall(index, v, name)
   return ok and type(f) == "function"
 end
@@ -98,12 +97,13 @@ local function check_opts(opts)
     error("backoff.balancer: options must be a table (got " .. type(opts)
           .. ")", 3)
   end
-  for k in pairs(opts) do
+  for k in next, opts do         -- read raw: no metamethod runs
     if not known[k] then
       error("backoff.balancer: unknown option " .. repr(k), 3)
     end
   end
-  local b, key, t = opts.budget, opts.ctx_key, opts.timeouts
+  local b, key, t = rawget(opts, "budget"), rawget(opts, "ctx_key"),
+                    rawget(opts, "timeouts")
   if b ~= nil and not has_method(b, "withdraw") then
     bad("option 'budget' must be a backoff budget", b)
   end
@@ -112,7 +112,7 @@ local function check_opts(opts)
   end
   if t ~= nil then
     if type(t) ~= "table" then bad("option 'timeouts' must be a table", t) end
-    for k, v in pairs(t) do
+    for k, v in next, t do
       if not sides[k] or v ~= false and (type(v) ~= "number"
                                          or not (v > 0 and v < 1 / 0)) then
         bad("option 'timeouts' takes connect, send and read: a factor > 0"
@@ -120,11 +120,11 @@ local function check_opts(opts)
       end
     end
   end
-  local m = opts.metrics
+  local m = rawget(opts, "metrics")
   if m ~= nil and not has_method(m, "run") then
     bad("option 'metrics' must be a backoff.metrics recorder", m)
   end
-  local mat = opts.min_attempt_time
+  local mat = rawget(opts, "min_attempt_time")
   if mat ~= nil and (type(mat) ~= "number" or not (mat >= 0 and mat < 1 / 0))
   then
     bad("option 'min_attempt_time' must be a finite number >= 0", mat)
@@ -154,7 +154,7 @@ local function set_timeouts(timeout, factors)
   if not timeout then return end
   local f = factors or sides
   local function one(side)
-    local x = f[side]
+    local x = rawget(f, side)
     if x == false then return nil end
     return max(timeout * (x == nil and 1 or x == true and 1 or x), 0.001)
   end
@@ -253,12 +253,13 @@ local function balancer(policy, opts)
   opts = opts or none
   local ngx = need_phase("backoff.balancer", "balancer", "balancer_by_lua*")
   nb = nb or require "ngx.balancer"
-  local ctx, key = ngx.ctx, opts.ctx_key or "backoff_balancer"
-  local st, bud = ctx[key], opts.budget
+  local ctx, key = ngx.ctx, rawget(opts, "ctx_key") or "backoff_balancer"
+  local st, bud = ctx[key], rawget(opts, "budget")
   local timeout, delay
   if st == nil then
     st = { b = policy:clone(), attempt = 1, limits = l, granted = false,
-           min_attempt = max(opts.min_attempt_time or l.min_attempt or 0,
+           min_attempt = max(rawget(opts, "min_attempt_time")
+                             or l.min_attempt or 0,
                              0.001) }
     if bud then st.cost = cost_of(bud) end
     ctx[key] = st
@@ -274,7 +275,7 @@ local function balancer(policy, opts)
     if timeout == nil or timeout > left then timeout = left end
     if timeout < 0.001 then timeout = 0.001 end
   end
-  set_timeouts(timeout, opts.timeouts)
+  set_timeouts(timeout, rawget(opts, "timeouts"))
   grant(st, bud, left, timeout, st.min_attempt)
   return true, st.attempt, timeout, delay
 end
@@ -295,7 +296,7 @@ function M.done(opts, ok)
   end
   opts = opts or none
   local ngx = need_phase("backoff.balancer.done", "log", "log_by_lua*")
-  local st = ngx.ctx[opts.ctx_key or "backoff_balancer"]
+  local st = ngx.ctx[rawget(opts, "ctx_key") or "backoff_balancer"]
   if st == nil or st.done then return end
   st.done = true
   local aborted = false
@@ -304,7 +305,7 @@ function M.done(opts, ok)
     aborted = aborts[status] or false
     ok = status < 500
   end
-  local m, bud = opts.metrics, opts.budget
+  local m, bud = rawget(opts, "metrics"), rawget(opts, "budget")
   if aborted then                   -- neither success nor failure
     if m then
       m:add("attempts", st.attempt)

@@ -31,10 +31,10 @@ local core = require "backoff.core"
 local repr, core_now = core._repr, core._now
 local backoff_mt = core._metatable
 
-local error, floor, getmetatable, ipairs, max, pairs, pcall,
-      setmetatable, tostring, type =
-      error, math.floor, getmetatable, ipairs, math.max, pairs, pcall,
-      setmetatable, tostring, type
+local error, floor, getmetatable, ipairs, max, next, pairs, pcall,
+      rawget, setmetatable, tostring, type =
+      error, math.floor, getmetatable, ipairs, math.max, next, pairs, pcall,
+      rawget, setmetatable, tostring, type
 local find, lower = string.find, string.lower
 
 local M = {
@@ -129,7 +129,7 @@ local function factors_problem(f)
   if type(f) ~= "table" then
     return "a table of factors expected, got " .. type(f)
   end
-  for k, v in pairs(f) do
+  for k, v in next, f do          -- read raw: no metamethod runs
     if not SIDES[k] or v ~= false and (type(v) ~= "number"
                                        or not (v > 0 and v < 1 / 0)) then
       return "takes connect, send and read: a factor > 0 or false; got "
@@ -143,7 +143,7 @@ end
 local function make_timeouts(timeout, f)
   f = f or SIDES
   local function ms(side)
-    local x = f[side]
+    local x = rawget(f, side)
     if x == false then return nil end
     if x == nil or x == true then x = 1 end
     return max(1, floor(timeout * x * 1000))
@@ -200,7 +200,7 @@ local function status_set(v)
     end
     set[code] = true
   end
-  for k, x in pairs(v) do
+  for k, x in next, v do
     if x == true then add(k)
     elseif type(k) == "number" and k == floor(k) and k >= 1 then add(x)
     else bad_opt("'statuses' must be a list of status codes or a set "
@@ -218,7 +218,7 @@ local function compile(opts)
   end
   local o, ropts = { statuses = DEFAULT_STATUSES,
                      max_hint = DEFAULT_MAX_HINT }, {}
-  for k, v in pairs(opts) do
+  for k, v in next, opts do       -- read raw: no metamethod runs
     if k == "retry_after" then
       error("backoff.http.request: option 'retry_after' is not taken: the "
             .. "hint comes from the response's headers (see max_hint)", 0)
@@ -238,7 +238,9 @@ local function compile(opts)
   if o.idempotent ~= nil and type(o.idempotent) ~= "boolean" then
     bad_opt("'idempotent' must be a boolean", o.idempotent)
   end
-  if opts.statuses ~= nil then o.statuses = status_set(opts.statuses) end
+  if rawget(opts, "statuses") ~= nil then
+    o.statuses = status_set(rawget(opts, "statuses"))
+  end
   local mh = o.max_hint
   if type(mh) ~= "number" or not (mh >= 0 and mh < 1 / 0) then
     bad_opt("'max_hint' must be a finite number >= 0 (seconds)", mh)
@@ -285,12 +287,12 @@ local function with_max_hint(policy, max_hint)
   if is_obj then
     c = policy:config()
   else
-    if type(policy.strategy) ~= "string" then
+    if type(rawget(policy, "strategy")) ~= "string" then
       error("backoff.http.request: policy table needs a 'strategy' field",
             0)
     end
     c = {}
-    for k, v in pairs(policy) do c[k] = v end
+    for k, v in next, policy do c[k] = v end
   end
   local own = c.max_hint
   if type(own) ~= "number" or own > max_hint then c.max_hint = max_hint end

@@ -29,9 +29,9 @@
 local core = require "backoff.core"
 local repr = core._repr             -- short, escaped
 
-local error, floor, getmetatable, ipairs, pairs, pcall, rawget,
+local error, floor, getmetatable, ipairs, next, pairs, pcall, rawget,
       setmetatable, sort, concat, type, format, byte =
-      error, math.floor, getmetatable, ipairs, pairs, pcall, rawget,
+      error, math.floor, getmetatable, ipairs, next, pairs, pcall, rawget,
       setmetatable, table.sort, table.concat, type, string.format,
       string.byte
 
@@ -72,8 +72,7 @@ end
 local function index(v, name) return v[name] end
 local function has_method(v, name)
   local t = type(v)
-  if t == "table" then return type(v[name]) == "function" end
-  if t ~= "userdata" then return false end
+  if t ~= "table" and t ~= "userdata" then return false end
   local ok, f = pcall(index, v, name)
   return ok and type(f) == "function"
 end
@@ -285,12 +284,12 @@ function M.new(name, opts)
           .. type(opts) .. ")", 2)
   end
   opts = opts or {}
-  for k in pairs(opts) do
+  for k in next, opts do          -- read raw: no metamethod runs
     if not known_opts[k] then
       error("backoff.metrics.new: unknown option " .. repr(k), 2)
     end
   end
-  local dict = opts.shared
+  local dict = rawget(opts, "shared")
   if dict == nil and in_nginx() then
     error("backoff.metrics.new: inside nginx, option 'shared' must be a "
           .. "lua_shared_dict (each worker would count apart, and "
