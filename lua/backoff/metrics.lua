@@ -310,8 +310,6 @@ function M.new(name, opts)
     prefix_giveups = PREFIX .. "giveups\t" .. name .. "\t" }, Recorder)
 end
 
-M.is_recorder = function(v) return getmetatable(v) == Recorder end
-
 ------------------------------------------------------------------------
 -- the exposition
 
