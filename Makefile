@@ -158,7 +158,7 @@ rock-test:
 	  { echo "not ok - the rockspec does not install $$f"; exit 1; }; done; \
 	  echo "ok - the rockspec has every C source and Lua module of the tree"
 	@rm -rf $(ROCK) && mkdir -p $(ROCK)/src $(ROCK)/run
-	@cp -r csrc lua bin rockspec $(ROCK)/src/ && cp -r spec $(ROCK)/run/
+	@cp -r csrc lua bin rockspec $(ROCK)/src/ && cp -r spec doc $(ROCK)/run/
 	@cd $(ROCK)/src && luarocks make --tree ../tree >../make.log 2>&1 \
 	  || { cat ../make.log; exit 1; }
 	@cd $(ROCK)/run && eval "$$(luarocks path --tree ../tree)" && \

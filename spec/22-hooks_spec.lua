@@ -182,7 +182,7 @@ describe("backoff.retry's metrics", function()
     local m = fake_metrics()
     assert.has_error(function()
       backoff.retry(backoff.constant { delay = 0, max_attempts = 2 },
-        function() return nil, "x" end, { metrics = m, sleep = print,
+        function() return nil, "x" end, { metrics = m, sleep = function() end,
           on_giveup = function() error("hook failed") end })
     end, "hook failed")
     assert.same({ { false, 2, "max_attempts", 0 } }, m.runs)

@@ -21,7 +21,7 @@ local raising = setmetatable({}, {
 
 local HOSTILE = { n = 19, nil, false, true, 0, -1, 0.5, 2 ^ 53, -2 ^ 63,
   0 / 0, math.huge, -math.huge, "", HUGE, "\0\255", {}, raising,
-  print, coroutine.create(function() end), io.stdout }
+  tostring, coroutine.create(function() end), io.stdout }
 
 local function label(v)
   if type(v) == "string" then return "string of " .. #v end
@@ -89,7 +89,8 @@ describe("hostile input", function()
     sweep("request(policy)", function(v) return http.request(v, ok_fn) end,
       { "bad argument #1 to 'request'", "strategy" })
     sweep("request(p, fn)", function(v) return http.request(p, v) end,
-      { "bad argument #2 to 'request'" })
+      { "bad argument #2 to 'request'",
+        "backoff.http.request: do_request must return" })
     sweep("request(p, fn, opts)",
       function(v) return http.request(p, ok_fn, v) end,
       { "bad argument #3 to 'request'", "backoff.http.request: option",
