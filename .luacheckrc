@@ -9,3 +9,5 @@ files["spec/nginx/app.lua"] = { globals = { "ngx" } }
 files["bin/backoff-delays"] = { std = "max" }
 files["spec/nginx/fleet_app.lua"] = { globals = { "ngx" } }
 files["spec/nginx/fleet_budget_app.lua"] = { globals = { "ngx" } }
+files["spec/nginx/http_app.lua"] = { globals = { "ngx" } }
+files["spec/nginx/balancer_app.lua"] = { globals = { "ngx" } }

@@ -111,7 +111,8 @@ build_pkgs  = $(COMPILER) $(if $(and $(OWN_HEADERS),$(filter $1,$(LUA_VERSION)))
 PKGS_demo  := $(call build_pkgs,5.4) luarocks
 PKGS_test  := $(COMPILER) $(foreach v,$(LUA_VERSIONS),$(call lua_dev,$(v))) \
               lua-busted lua-check lua-socket luarocks libcmocka-dev \
-              valgrind clang libclang-rt-dev nginx libnginx-mod-http-lua
+              valgrind clang libclang-rt-dev nginx libnginx-mod-http-lua \
+              python3-prometheus-client
 PKGS_bench := $(call build_pkgs,5.4) $(call build_pkgs,luajit)
 PKGS_bench-nginx := $(call build_pkgs,luajit) lua5.4 lua-socket nginx \
               libnginx-mod-http-lua wrk
@@ -320,6 +321,9 @@ test: deps-test $(foreach v,$(LUA_VERSIONS),$(call MODULE,$(v)))
 	@$(SUITE) nginx-fleet timeout 120 lua5.4 spec/nginx/fleet.lua $(CURDIR)
 	@$(SUITE) make-install $(MAKE) -s install-test
 	@$(SUITE) nginx-budgets timeout 120 lua5.4 spec/nginx/fleet_budget.lua $(CURDIR)
+	@$(SUITE) nginx-http timeout 120 lua5.4 spec/nginx/http.lua $(CURDIR)
+	@$(SUITE) nginx-balancer timeout 300 lua5.4 spec/nginx/balancer.lua \
+	  $(CURDIR)
 	@$(SUITE) luarocks-make $(MAKE) -s rock-test
 	@$(SUITE) luacheck $(MAKE) -s lint
 	@sh spec/tap-summary $(TAP_DIR)

@@ -16,7 +16,6 @@ local M = {
   _VERSION = core._VERSION,
   new = core.new,
   now = core.now,
-  sleep = core.sleep,
   strategies = {},
 }
 for i, name in ipairs(core.strategies) do
@@ -64,27 +63,90 @@ if _VERSION == "Lua 5.1" and not rawget(_G, "jit") then
   end
 end
 
--- ngx.sleep yields, but only in the phases that can yield
-local ngx_sleep_phases = {
-  rewrite = true, access = true, content = true, timer = true,
-  ssl_cert = true, ssl_session_fetch = true, ssl_client_hello = true,
-  balancer = false,
+-- OpenResty's phases (ngx.get_phase()): those where ngx.sleep yields
+-- (lua-nginx-module's NGX_HTTP_LUA_CONTEXT_YIELDABLE, and the stream
+-- module's preread), and the two where a blocking sleep stalls no
+-- request (Kong's rule: nothing is served yet).  In every other phase
+-- (set, header_filter, body_filter, log, balancer, exit_worker, ...)
+-- there is no way to wait: a positive delay is an error.
+local ngx_yield_phases = {
+  rewrite = true, server_rewrite = true, access = true, content = true,
+  timer = true, ssl_cert = true, ssl_session_fetch = true,
+  ssl_client_hello = true, preread = true,
 }
+local ngx_block_phases = { init = true, init_worker = true }
 
--- The default sleep: ngx.sleep where it can yield, else backoff.sleep.
+-- the current nginx phase and ngx, or nil outside nginx
+local function ngx_phase()
+  local ngx = rawget(_G, "ngx")
+  if type(ngx) == "table" and type(ngx.get_phase) == "function" then
+    return ngx.get_phase(), ngx
+  end
+  return nil
+end
+
+-- the error for a wait in a phase that cannot wait (level 0: it comes
+-- from deep in the runner, whose frames would only mislead)
+local function phase_error(who, phase, d, advice, level)
+  error(("%s: cannot wait %s s in nginx's %s phase: %s"):format(who,
+    repr(d), tostring(phase), advice), level == 0 and 0 or level + 1)
+end
+
+local function nop() end
+
+local NO_YIELD = "ngx.sleep cannot yield there and a blocking sleep "
+  .. "would stall every request of this worker; "
+
+-- backoff.sleep: the blocking sleep, refused in nginx's request phases
+-- (it would stall every request of the worker); allowed outside nginx
+-- and in init / init_worker
+local core_sleep = core.sleep
+function M.sleep(seconds)
+  if type(seconds) == "number" and seconds > 0 then
+    local phase = ngx_phase()
+    if phase ~= nil and not ngx_block_phases[phase] then
+      phase_error("backoff.sleep", phase, seconds, ngx_yield_phases[phase]
+        and "it would block this worker and every request it serves; "
+          .. "use ngx.sleep, which yields"
+        or NO_YIELD .. "wait in a timer (ngx.timer.at)", 2)
+    end
+  end
+  return core_sleep(seconds)
+end
+
+-- The default sleep: ngx.sleep where it can yield, the blocking sleep
+-- outside nginx and in init / init_worker.  Elsewhere in nginx there is
+-- none: returns one for zero delays only, and the phase (the runner
+-- raises for a positive delay before it would call it).
 -- ngx.sleep counts in milliseconds and ngx.sleep(0) only yields (and
 -- logs a warning without the delayed-events patch): a positive delay
 -- under 1 ms sleeps 1 ms, a zero delay sleeps not at all.
 local function default_sleep()
-  local ngx = rawget(_G, "ngx")
-  if type(ngx) == "table" and ngx.sleep and ngx.get_phase
-     and ngx_sleep_phases[ngx.get_phase()] then
+  local phase, ngx = ngx_phase()
+  if phase == nil or ngx_block_phases[phase] then return core_sleep end
+  if ngx_yield_phases[phase] and type(ngx.sleep) == "function" then
     local ngx_sleep = ngx.sleep
     return function(d)
       if d > 0 then return ngx_sleep(d < 0.001 and 0.001 or d) end
     end
   end
-  return core.sleep
+  return nop, phase
+end
+
+-- fn may be a function or a callable object
+local function callable(v)
+  if type(v) == "function" then return true end
+  local mt = getmetatable(v)
+  return type(mt) == "table" and mt.__call ~= nil
+end
+
+-- v[name] is callable (for a userdata, indexing itself may raise)
+local function index(v, name) return v[name] end
+local function has_method(v, name)
+  local t = type(v)
+  if t ~= "table" and t ~= "userdata" then return false end
+  local ok, m = pcall(index, v, name)
+  return ok and callable(m)
 end
 
 -- ropts keys and the type each must have
@@ -92,6 +154,7 @@ local retry_options = {
   sleep = "function", retry_on = "function", on_retry = "function",
   retry_after = "function", budget = "budget", min_attempt_time = "number",
   reference_delays = "boolean", retry_cost = "function",
+  on_success = "function", on_giveup = "function", metrics = "metrics",
 }
 
 -- A budget needs withdraw, and record (told of every attempt) or the
@@ -127,6 +190,12 @@ local function check_ropts(ropts)
     end
     if want == "budget" then
       check_budget(v, got)
+    elseif want == "metrics" then
+      if not has_method(v, "run") then
+        error("backoff.retry: option 'metrics' must be a backoff.metrics "
+              .. "recorder (an object with a run method, got "
+              .. repr(v) .. ")", 3)
+      end
     elseif got ~= want then
       error("backoff.retry: option '" .. k .. "' must be a " .. want
             .. " (got " .. got .. ")", 3)
@@ -167,6 +236,47 @@ local function cost_of(bud)
   return nil
 end
 
+-- The end of a run, for ropts.metrics, on_success and on_giveup
+-- (metrics first: a hook that raises must not lose the count).
+-- attempts: attempts made; hints: the retries that waited for a hint.
+local function succeeded(ropts, attempts, hints, t0, b)
+  local m = ropts.metrics
+  if m then m:run(true, attempts, nil, hints) end
+  local f = ropts.on_success
+  if f then f(attempts, core_now(b) - t0) end
+end
+
+local function gave_up(ropts, err, reason, attempts, hints)
+  local m = ropts.metrics
+  if m then m:run(false, attempts, reason, hints) end
+  local f = ropts.on_giveup
+  if f then f(err, reason, attempts) end
+end
+
+-- the results of a run with hooks (st.finish): a success (r1 truthy) or
+-- a give-up (nil, err, reason), passed on
+local function finish(st, r1, ...)
+  if r1 then
+    succeeded(st.ropts, st.attempt, st.hints, st.t0, st.b)
+  else
+    local err, reason = ...
+    gave_up(st.ropts, err, reason, st.attempt, st.hints)
+  end
+  return r1, ...
+end
+
+-- retry_on's second result, when it said no: the reason to give up with
+local function stop_reason(why)
+  if why == nil or why == false then return "retry_on" end
+  if type(why) ~= "string" or #why > 64 or not why:match("^[%a_][%w_]*$")
+  then
+    error("backoff.retry: ropts.retry_on's second result must be nil or "
+          .. "a reason (a name of letters, digits and _, at most 64 "
+          .. "bytes; got " .. repr(why) .. ")", 0)
+  end
+  return why
+end
+
 -- After the first failure, one run's state lives in a table st:
 --   b: the run's object; fn, ropts; attempt: the attempt just made;
 --   timeout: the one it was given; deadline (or nil), min_attempt;
@@ -175,6 +285,8 @@ end
 --   successes (the legacy bud:deposit); retry_cost: ropts.retry_cost;
 --   paid: what the last withdrawal was asked (nil: the budget's cost);
 --   throttle: bud:throttle_cost(), the cost of a retry after a hint.
+--   no_sleep: the nginx phase where no sleep is possible (or nil);
+--   finish: hooks or metrics to call at the end; t0, hints for them.
 local after_retry
 
 -- Record st's failure err and make the next attempt, or give up.
@@ -182,8 +294,11 @@ local function next_attempt(st, err)
   local ropts, attempt, b, bud = st.ropts, st.attempt, st.b, st.bud
   if ropts ~= nil then
     local retry_on = ropts.retry_on
-    if retry_on and not retry_on(err, attempt) then
-      return nil, err, "retry_on"      -- not the upstream's failure
+    if retry_on then
+      local yes, why = retry_on(err, attempt)
+      if not yes then                  -- not the upstream's failure
+        return nil, err, stop_reason(why)
+      end
     end
   end
   -- the budget learns of the failure before it is asked for a retry
@@ -198,6 +313,10 @@ local function next_attempt(st, err)
   local delay, t, own = core_failure(b, now, hint)
   if delay == nil then return nil, err, t end
   if own > delay and not st.reference then delay = own end
+  if st.no_sleep and delay > 0 then     -- before anything is paid for
+    phase_error("backoff.retry", st.no_sleep, delay, NO_YIELD
+      .. "pass ropts.sleep, or retry from a timer (ngx.timer.at)", 0)
+  end
   local deadline, min_attempt = st.deadline, st.min_attempt
   if deadline then
     local left = deadline - now - delay
@@ -220,6 +339,7 @@ local function next_attempt(st, err)
   if bud and not bud:withdraw(cost) then return nil, err, "budget" end
   st.paid = cost
   if st.on_retry then st.on_retry(err, delay, attempt) end
+  if hint and st.finish then st.hints = st.hints + 1 end
   st.sleep(delay)
   local timeout = st.timeout
   if t ~= nil then timeout = t end
@@ -269,11 +389,16 @@ local function first_failure(policy, b, f, t0, fn, ropts, timeout, err)
     end
     st.sleep = ropts.sleep
   end
-  if not st.sleep then st.sleep = default_sleep() end
+  if not st.sleep then st.sleep, st.no_sleep = default_sleep() end
   if f then
     st.deadline = (f.start or t0) + f.duration
     if mat == nil and f.timeouts then mat = f.min_adjust_timeout end
     st.min_attempt = mat or 0
+  end
+  if ropts ~= nil and (ropts.metrics or ropts.on_success
+                       or ropts.on_giveup) then
+    st.finish, st.t0, st.hints = true, t0, 0
+    return finish(st, next_attempt(st, err))
   end
   return next_attempt(st, err)
 end
@@ -286,19 +411,15 @@ local function after_first(policy, b, f, t0, fn, ropts, timeout, ok, r1, ...)
       if bud ~= nil then
         if bud.record then bud:record(true, 1) else bud:deposit() end
       end
+      if ropts.metrics or ropts.on_success then
+        succeeded(ropts, 1, 0, t0, b or policy)
+      end
     end
     return r1, ...
   end
   local err = r1
   if ok then err = ... end
   return first_failure(policy, b, f, t0, fn, ropts, timeout, err)
-end
-
--- fn may be a function or a callable object
-local function callable(v)
-  if type(v) == "function" then return true end
-  local mt = getmetatable(v)
-  return type(mt) == "table" and mt.__call ~= nil
 end
 
 local function fn_error(fn, level)
@@ -368,8 +489,10 @@ local function runner(method)
       f, b = setup(method, policy, fn)
     end
     if ropts ~= nil then check_ropts(ropts) end
-    if not f then                     -- no deadline: no clock read
-      return after_first(policy, b, f, nil, fn, ropts, nil,
+    if not f then       -- no deadline: no clock read, unless on_success
+      local t0                          -- needs the time taken
+      if ropts ~= nil and ropts.on_success then t0 = core_now(b or policy) end
+      return after_first(policy, b, f, t0, fn, ropts, nil,
                          yieldable_pcall(fn, 1))
     end
     local timeout
@@ -382,7 +505,10 @@ local function runner(method)
       timeout = first_timeout(policy)
     end
     local left = (f.start or t0) + f.duration - now
-    if left <= 0 then return nil, nil, "max_actual_duration" end
+    if left <= 0 then
+      if ropts ~= nil then gave_up(ropts, nil, "max_actual_duration", 0, 0) end
+      return nil, nil, "max_actual_duration"
+    end
     if timeout ~= nil and timeout > left then timeout = left end
     return after_first(policy, b, f, t0, fn, ropts, timeout,
                        yieldable_pcall(fn, 1, timeout))
@@ -396,6 +522,10 @@ end
 -- "max_actual_duration", "retry_after", "retry_on" or "budget").
 M.retry = runner(false)
 methods.retry = runner(true)
+
+-- ropts checked as backoff.retry checks them (for backoff.http, which
+-- passes its caller's runner options on)
+function M._check_ropts(ropts) check_ropts(ropts) end
 
 -- fleet safety (API.md section 9): retry budgets, in-process or shared
 -- by nginx workers, and the balancer_by_lua helper

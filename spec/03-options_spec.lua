@@ -118,7 +118,8 @@ describe("options", function()
     local p = backoff.constant { delay = 0 }
     local calls = {
       function() return backoff.retry(p, print, { [huge] = 1 }) end,
-      function() return backoff.balancer(p, { [huge] = 1 }) end,
+      function() return backoff.balancer(backoff.constant { delay = 0,
+        max_attempts = 2 }, { [huge] = 1 }) end,
       function() return backoff.budget { shared = huge } end,
       function() return backoff.budget { shared = {}, [huge] = 1 } end,
     }

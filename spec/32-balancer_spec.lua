@@ -1,11 +1,12 @@
--- backoff.balancer outside nginx: ngx.ctx and ngx.balancer are fakes
--- that record what the helper asks of nginx.
+-- backoff.balancer outside nginx: ngx (ctx, get_phase, status) and
+-- ngx.balancer are fakes that record what the helper asks of nginx.
 
 local backoff = require "backoff.core"
 local budget = require "backoff.budget"
+local metrics = require "backoff.metrics"
 
 describe("backoff.balancer", function()
-  local balancer, calls, more_tries_result
+  local balancer, calls, more_tries_result, fake
   local saved_ngx = rawget(_G, "ngx")
 
   before_each(function()
@@ -24,7 +25,10 @@ describe("backoff.balancer", function()
     }
     package.loaded["backoff.balancer"] = nil
     balancer = require "backoff.balancer"
-    rawset(_G, "ngx", { ctx = {} })
+    fake = { ctx = {}, phase = "balancer", status = 200 }
+    fake.get_phase = function() return fake.phase end
+    rawset(_G, "ngx", fake)
+    metrics.reset()
   end)
 
   after_each(function()
@@ -32,124 +36,392 @@ describe("backoff.balancer", function()
     rawset(_G, "ngx", saved_ngx)
   end)
 
+  -- a new request: fresh ngx.ctx, balancer phase
+  local function new_request()
+    fake.ctx, fake.phase, fake.status = {}, "balancer", 200
+  end
+
+  -- the log phase of the request, with this status
+  local function log_phase(status)
+    fake.phase, fake.status = "log", status
+  end
+
   -- a policy with per-try timeouts and a clock the test moves
   local now = 0
   local function timed_policy(extra)
     local o = { max_actual_duration = 10, min_adjust_timeout = 0.1,
                 jitter_factor = 0, timeout_jitter_factor = 0,
-                clock = function() return now end, seed = 1 }
+                max_attempts = 20, clock = function() return now end,
+                seed = 1 }
     for k, v in pairs(extra or {}) do o[k] = v end
     return backoff.retry_timeouts(o)
   end
 
-  it("grants tries up to max_attempts, one request at a time", function()
-    local p = backoff.constant { delay = 0.5, max_attempts = 3 }
-    local ok, attempt, timeout, delay = balancer(p)
-    assert.same({ true, 1, nil, 0 }, { ok, attempt, timeout, delay })
-    assert.equal(1, calls.more)
-    assert.equal(0, #calls.timeouts)      -- no timeouts: nginx's own
-    ok, attempt, timeout, delay = balancer(p)
-    assert.same({ true, 2, nil, 0.5 }, { ok, attempt, timeout, delay })
-    assert.equal(2, calls.more)
-    ok, attempt = balancer(p)
-    assert.same({ true, 3 }, { ok, attempt })
-    assert.equal(2, calls.more)           -- the third try is the last
-    assert.equal(0, p:attempts())         -- the policy itself untouched
-    -- a new request (new ngx.ctx) starts over
-    rawget(_G, "ngx").ctx = {}
-    assert.same({ true, 1, nil, 0 }, { balancer(p) })
-    assert.equal(3, calls.more)
-  end)
-
-  it("gives up when called past what the policy allows", function()
-    now = 0
-    local p = timed_policy()
-    assert.is_true((balancer(p)))
-    now = 11                              -- the deadline passed
-    local ok, reason = balancer(p)
-    assert.is_nil(ok)
-    assert.equal("max_actual_duration", reason)
-    assert.same({ nil, "max_actual_duration" }, { balancer(p) })
-  end)
-
-  it("sets shrinking per-try timeouts and stops at the deadline",
-     function()
-    now = 0
-    local p = timed_policy()
-    local ok, _, t1 = balancer(p)
-    assert.is_true(ok)
-    assert.equal(5, t1)                   -- 10 * adjust_timeout_factor
-    assert.same({ 5, 5, 5 }, calls.timeouts[1])
-    now = 5
-    local _, a2, t2 = balancer(p)
-    assert.equal(2, a2)
-    assert.is_true(t2 < t1 and t2 > 0)
-    assert.same({ t2, t2, t2 }, calls.timeouts[2])
-    assert.equal(2, calls.more)
-    now = 9.5
-    local ok3, a3, t3 = balancer(p)
-    assert.same({ true, 3 }, { ok3, a3 })
-    assert.is_true(t3 < t2 and 9.5 + t3 < 10)
-    assert.equal(3, calls.more)
-    now = 10                              -- no time left: gives up
-    assert.same({ nil, "max_actual_duration" }, { balancer(p) })
-    assert.equal(3, calls.more)
-  end)
-
-  it("scales timeouts by factors, false keeps nginx's own", function()
-    now = 0
-    balancer(timed_policy(), { timeouts = { connect = 0.1, read = false } })
-    assert.same({ 0.5, 5 }, { calls.timeouts[1][1], calls.timeouts[1][2] })
-    assert.is_nil(calls.timeouts[1][3])
-  end)
-
-  it("withdraws a retry's cost from the budget for each try granted",
-     function()
-    local p = backoff.constant { delay = 0, max_attempts = 10 }
-    local bud = budget { capacity = 10, cost = 5 }
-    for i = 1, 3 do
-      local ok, attempt = balancer(p, { budget = bud })
-      assert.same({ true, i }, { ok, attempt })
+  -- a budget that logs every call (allows, withdraw, record, deposit)
+  local function logging_budget(tokens, cost, extra)
+    local bud = { tokens_ = tokens, log = {} }
+    local function log(...) bud.log[#bud.log + 1] = { ... } end
+    function bud:allows(c)
+      log("allows", c)
+      return self.tokens_ >= (c or cost)
     end
-    assert.equal(2, calls.more)           -- the budget paid for two
-    assert.equal(0, bud:tokens())
+    function bud:withdraw(c)
+      log("withdraw", c)
+      c = c or cost
+      if self.tokens_ < c then return false end
+      self.tokens_ = self.tokens_ - c
+      return true
+    end
+    bud.record = function(_, ok, attempt, c) log("record", ok, attempt, c) end
+    bud.deposit = function(_, n) log("deposit", n) end
+    bud.cost = function() return cost end
+    for k, v in pairs(extra or {}) do bud[k] = v end
+    return bud
+  end
+
+  describe("outside the phases it serves", function()
+    it("says in one line that it needs balancer_by_lua*", function()
+      local p = backoff.constant { delay = 0, max_attempts = 2 }
+      for _, ph in ipairs { "content", "log", "access" } do
+        fake.phase = ph
+        assert.error_matches(function() balancer(p) end,
+          "backoff.balancer needs balancer_by_lua* (called in the " .. ph
+          .. " phase)", nil, true)
+      end
+      rawset(_G, "ngx", nil)
+      local ok, err = pcall(balancer, p)
+      assert.is_false(ok)
+      assert.matches("backoff.balancer needs balancer_by_lua* (called "
+        .. "outside nginx)", err, 1, true)
+      assert.is_nil(err:find("\n"))
+      assert.equal(0, calls.more)
+    end)
+
+    it("says in one line that done needs log_by_lua*", function()
+      for _, ph in ipairs { "balancer", "content", "header_filter" } do
+        fake.phase = ph
+        assert.error_matches(function() balancer.done() end,
+          "backoff.balancer.done needs log_by_lua* (called in the " .. ph
+          .. " phase)", nil, true)
+      end
+      rawset(_G, "ngx", nil)
+      local ok, err = pcall(balancer.done, {})
+      assert.is_false(ok)
+      assert.matches("backoff.balancer.done needs log_by_lua* (called "
+        .. "outside nginx)", err, 1, true)
+    end)
   end)
 
-  it("refunds the budget when nginx's tries cap refused the try",
-     function()
-    local bud = budget { capacity = 10, cost = 5 }
-    more_tries_result = { true, "reduced tries due to limit" }
-    balancer(backoff.constant { delay = 0 }, { budget = bud })
-    assert.equal(10, bud:tokens())
+  describe("policies", function()
+    it("refuses a policy without max_attempts", function()
+      assert.error_matches(function()
+        balancer(backoff.constant { delay = 0 })
+      end, "backoff.balancer: the policy needs max_attempts", nil, true)
+      assert.error_matches(function()
+        balancer(backoff.retry_timeouts { max_attempts = 0 })
+      end, "the policy needs max_attempts", nil, true)
+      assert.equal(0, calls.more)
+      assert.is_nil(fake.ctx.backoff_balancer)
+    end)
+
+    it("refuses a deadline without per-try timeouts", function()
+      assert.error_matches(function()
+        balancer(backoff.constant { delay = 0, max_attempts = 3,
+                                    max_actual_duration = 1 })
+      end, "a policy with max_actual_duration needs per-try timeouts",
+        nil, true)
+    end)
+
+    it("refuses a bad policy by argument", function()
+      assert.error_matches(function() balancer(nil) end,
+        "bad argument #1 to 'balancer' (backoff object expected, got nil)",
+        nil, true)
+      assert.error_matches(function() balancer(backoff.budget {}) end,
+        "bad argument #1 to 'balancer' (backoff object expected, got "
+        .. "userdata)", nil, true)
+      assert.error_matches(function() balancer({}) end,
+        "backoff object expected, got table", nil, true)
+    end)
   end)
 
-  it("done() gives back an unused grant and deposits for a success",
-     function()
-    local p = backoff.constant { delay = 0, max_attempts = 10 }
-    local bud = budget { capacity = 100, cost = 5, refund = 1 }
-    local opts = { budget = bud }
-    balancer(p, opts)                     -- try 1, grants try 2: 95
-    assert.equal(95, bud:tokens())
-    bud:withdraw(10)                      -- 85
-    balancer.done(opts, true)             -- first-try success
-    assert.equal(91, bud:tokens())        -- 85 + 5 unused + 1 refund
-    balancer.done(opts, true)             -- once per request
-    assert.equal(91, bud:tokens())
+  describe("grants", function()
+    it("grants one try at a time, up to max_attempts", function()
+      local p = backoff.constant { delay = 0.5, max_attempts = 3 }
+      local ok, attempt, timeout, delay = balancer(p)
+      assert.same({ true, 1, nil, 0 }, { ok, attempt, timeout, delay })
+      assert.equal(1, calls.more)
+      assert.equal(0, #calls.timeouts)      -- no timeouts: nginx's own
+      ok, attempt, timeout, delay = balancer(p)
+      assert.same({ true, 2, nil, 0.5 }, { ok, attempt, timeout, delay })
+      assert.equal(2, calls.more)
+      ok, attempt = balancer(p)
+      assert.same({ true, 3 }, { ok, attempt })
+      assert.equal(2, calls.more)           -- the third try is the last
+      assert.equal(0, p:attempts())         -- the policy itself untouched
+      new_request()
+      assert.same({ true, 1, nil, 0 }, { balancer(p) })
+      assert.equal(3, calls.more)
+    end)
 
-    rawget(_G, "ngx").ctx = {}
-    balancer(p, opts)                     -- 86
-    balancer(p, opts)                     -- try 2, grants try 3: 81
-    rawget(_G, "ngx").status = 503
-    balancer.done(opts)                   -- failed: only the unused grant
-    assert.equal(86, bud:tokens())
+    it("never asks again once nginx reported its cap", function()
+      local p = backoff.constant { delay = 0, max_attempts = 10 }
+      more_tries_result = { true, "reduced tries due to limit" }
+      assert.is_true((balancer(p)))
+      assert.equal(1, calls.more)
+      -- nginx starts no other try; a try it started anyway is decided
+      -- on the spot (the policy allows it), without asking again
+      more_tries_result = { true }
+      local ok, attempt = balancer(p)
+      assert.same({ true, 2 }, { ok, attempt })
+      assert.equal(1, calls.more)
+    end)
 
-    rawget(_G, "ngx").ctx = {}
-    balancer(p, opts)                     -- 81
-    balancer(p, opts)                     -- 76
-    rawget(_G, "ngx").status = 200
-    balancer.done(opts)                   -- success on a retry: + cost
-    assert.equal(86, bud:tokens())
-    assert.has_no.errors(function() balancer.done({}) end)
+    it("refuses a try nginx started without a grant (several servers)",
+      function()
+        local p = backoff.constant { delay = 0, max_attempts = 1 }
+        assert.same({ true, 1, nil, 0 }, { balancer(p) })
+        assert.equal(0, calls.more)           -- one try only: no grant
+        assert.same({ nil, "max_attempts" }, { balancer(p) })
+        assert.same({ nil, "max_attempts" }, { balancer(p) })
+        assert.equal(0, calls.more)
+      end)
+
+    it("raises when set_more_tries fails", function()
+      more_tries_result = { nil, "no upstream found" }
+      assert.error_matches(function()
+        balancer(backoff.constant { delay = 0, max_attempts = 2 })
+      end, "backoff.balancer: set_more_tries: no upstream found", nil, true)
+    end)
+  end)
+
+  describe("the deadline", function()
+    it("cuts every try's timeouts to the time left and grants only a "
+       .. "try that fits", function()
+      now = 0
+      local p = timed_policy()
+      local ok, _, t1 = balancer(p)
+      assert.is_true(ok)
+      assert.equal(5, t1)                   -- 10 * adjust_timeout_factor
+      assert.same({ 5, 5, 5 }, calls.timeouts[1])
+      assert.equal(1, calls.more)
+      now = 5                               -- try 1 ran into its timeout
+      local _, a2, t2 = balancer(p)
+      assert.equal(2, a2)
+      assert.is_true(t2 < t1 and t2 > 0 and now + t2 <= 10)
+      assert.same({ t2, t2, t2 }, calls.timeouts[2])
+      assert.equal(2, calls.more)
+      local last = 2
+      while calls.more == last do           -- each try takes its timeout
+        now = now + calls.timeouts[#calls.timeouts][1]
+        local okk, _, t = balancer(p)
+        assert.is_true(okk)                 -- a granted try: never refused
+        assert.is_true(now + t <= 10, "ends by the deadline")
+        last = last + 1
+      end
+      -- the last try got no grant: after its timeout, less than
+      -- min_attempt_time (0.1 s) would be left
+      local t = calls.timeouts[#calls.timeouts][1]
+      assert.is_true(10 - (now + t) < 0.1)
+      assert.is_true(#calls.timeouts < 20)
+    end)
+
+    it("runs a granted try that nginx started late, with 1 ms", function()
+      now = 0
+      local p = timed_policy()
+      balancer(p)
+      now = 11                              -- past the deadline
+      local ok, attempt, timeout = balancer(p)
+      assert.same({ true, 2, 0.001 }, { ok, attempt, timeout })
+      assert.equal(1, calls.more)           -- and grants nothing more
+    end)
+
+    it("takes min_attempt_time from opts", function()
+      now = 0
+      balancer(timed_policy(), { min_attempt_time = 5 })
+      assert.equal(1, calls.more)           -- 10 - 5 >= 5
+      new_request()
+      balancer(timed_policy(), { min_attempt_time = 5.5 })
+      assert.equal(1, calls.more)           -- 10 - 5 < 5.5: no grant
+    end)
+
+    it("scales timeouts by factors, false keeps nginx's own", function()
+      now = 0
+      balancer(timed_policy(), { timeouts = { connect = 0.1, read = false } })
+      assert.same({ 0.5, 5 }, { calls.timeouts[1][1], calls.timeouts[1][2] })
+      assert.is_nil(calls.timeouts[1][3])
+    end)
+  end)
+
+  describe("budgets", function()
+    it("grants with allows and pays with withdraw when the retry is made",
+      function()
+        local p = backoff.constant { delay = 0, max_attempts = 3 }
+        local bud = logging_budget(100, 5)
+        local opts = { budget = bud }
+        balancer(p, opts)
+        assert.same({ { "allows", 5 } }, bud.log)
+        assert.equal(100, bud.tokens_)      -- nothing paid in advance
+        balancer(p, opts)
+        assert.same({ { "allows", 5 }, { "record", false, 1, nil },
+          { "withdraw", 5 }, { "allows", 5 } }, bud.log)
+        balancer(p, opts)                   -- the last try: no grant
+        assert.same({ "record", false, 2, 5 }, bud.log[5])
+        assert.same({ "withdraw", 5 }, bud.log[6])
+        assert.equal(6, #bud.log)
+        assert.equal(90, bud.tokens_)
+        log_phase(200)
+        balancer.done(opts)
+        assert.same({ "record", true, 3, 5 }, bud.log[7])
+        balancer.done(opts)                 -- once per request
+        assert.equal(7, #bud.log)
+      end)
+
+    it("grants no try the budget does not allow", function()
+      local p = backoff.constant { delay = 0, max_attempts = 5 }
+      local bud = logging_budget(4, 5)
+      balancer(p, { budget = bud })
+      assert.equal(0, calls.more)
+      assert.same({ { "allows", 5 } }, bud.log)
+    end)
+
+    it("lets a granted retry go ahead unpaid when a race emptied the "
+       .. "budget", function()
+      local p = backoff.constant { delay = 0, max_attempts = 3 }
+      local bud = logging_budget(5, 5)
+      local opts = { budget = bud }
+      balancer(p, opts)
+      bud.tokens_ = 0                       -- another request spent it
+      local ok, attempt = balancer(p, opts)
+      assert.same({ true, 2 }, { ok, attempt })
+      assert.equal(1, calls.more)           -- and no further grant
+      log_phase(200)
+      balancer.done(opts)
+      assert.same({ "record", true, 2, 0 }, bud.log[#bud.log])
+    end)
+
+    it("uses tokens() >= cost for a budget without allows", function()
+      local p = backoff.constant { delay = 0, max_attempts = 5 }
+      local bud = budget { capacity = 10, cost = 5 }
+      balancer(p, { budget = bud })
+      assert.equal(1, calls.more)
+      assert.equal(10, bud:tokens())        -- nothing paid in advance
+      balancer(p, { budget = bud })
+      assert.equal(5, bud:tokens())
+      balancer(p, { budget = bud })
+      assert.equal(0, bud:tokens())
+      assert.equal(2, calls.more)           -- 0 tokens: no third grant
+    end)
+
+    it("deposits the legacy way without record: refund, or the cost of "
+       .. "the retry that succeeded; nothing on failure", function()
+      local p = backoff.constant { delay = 0, max_attempts = 10 }
+      local bud = budget { capacity = 100, cost = 5, refund = 1 }
+      bud:withdraw(50)                      -- 50
+      local opts = { budget = bud }
+      balancer(p, opts)
+      log_phase(200)
+      balancer.done(opts)                   -- first-try success: refund
+      assert.equal(51, bud:tokens())
+
+      new_request()
+      balancer(p, opts)
+      balancer(p, opts)                     -- pays 5: 46
+      log_phase(503)
+      balancer.done(opts)
+      assert.equal(46, bud:tokens())
+
+      new_request()
+      balancer(p, opts)
+      balancer(p, opts)                     -- 41
+      log_phase(404)                        -- the upstream answered
+      balancer.done(opts)
+      assert.equal(46, bud:tokens())        -- + the cost of the retry
+    end)
+
+    it("records and deposits nothing for a client abort", function()
+      local p = backoff.constant { delay = 0, max_attempts = 10 }
+      for _, status in ipairs { 499, 408 } do
+        local bud = logging_budget(100, 5)
+        new_request()
+        balancer(p, { budget = bud })
+        balancer(p, { budget = bud })
+        local n = #bud.log
+        log_phase(status)
+        balancer.done({ budget = bud })
+        assert.equal(n, #bud.log)
+        local tb = budget { capacity = 100, cost = 5 }
+        tb:withdraw(50)
+        new_request()
+        balancer(p, { budget = tb })
+        log_phase(status)
+        balancer.done({ budget = tb })
+        assert.equal(50, tb:tokens())
+      end
+    end)
+
+    it("takes an explicit outcome in done", function()
+      local p = backoff.constant { delay = 0, max_attempts = 10 }
+      local bud = logging_budget(100, 5)
+      balancer(p, { budget = bud })
+      log_phase(502)
+      balancer.done({ budget = bud }, true)
+      assert.same({ "record", true, 1, nil }, bud.log[#bud.log])
+    end)
+  end)
+
+  describe("metrics", function()
+    it("counts each request once, with the reason it stopped", function()
+      local m = metrics.new("bal", { shared = false })
+      local opts = { metrics = m }
+      local p = backoff.constant { delay = 0, max_attempts = 3 }
+      -- 3 tries, the last fails: max_attempts
+      balancer(p, opts) balancer(p, opts) balancer(p, opts)
+      log_phase(503)
+      balancer.done(opts)
+      balancer.done(opts)                   -- not counted twice
+      -- a first-try success
+      new_request()
+      balancer(p, opts)
+      log_phase(200)
+      balancer.done(opts)
+      -- a success on try 2
+      new_request()
+      balancer(p, opts) balancer(p, opts)
+      log_phase(200)
+      balancer.done(opts)
+      -- a failure nginx did not retry although a try was granted
+      new_request()
+      balancer(p, opts)
+      log_phase(500)
+      balancer.done(opts)
+      -- nginx's cap
+      new_request()
+      more_tries_result = { true, "reduced tries due to limit" }
+      balancer(p, opts)
+      log_phase(502)
+      balancer.done(opts)
+      -- a client abort on try 2: attempts, and nothing else
+      new_request()
+      more_tries_result = { true }
+      balancer(p, opts) balancer(p, opts)
+      log_phase(499)
+      balancer.done(opts)
+      assert.same({ attempts = 10, retries = 4, successes = 2,
+        successes_after_retry = 1, budget_refusals = 0, hints_honoured = 0,
+        giveups = { max_attempts = 1, next_upstream = 1,
+                    next_upstream_tries = 1 } }, m:counts())
+    end)
+
+    it("counts a budget that stopped the retries", function()
+      local m = metrics.new("bal2", { shared = false })
+      local opts = { metrics = m, budget = logging_budget(0, 5) }
+      balancer(backoff.constant { delay = 0, max_attempts = 3 }, opts)
+      log_phase(503)
+      balancer.done(opts)
+      local c = m:counts()
+      assert.same({ 1, 1, { budget = 1 } },
+                  { c.attempts, c.budget_refusals, c.giveups })
+    end)
   end)
 
   it("keeps separate states under separate ctx keys", function()
@@ -159,30 +431,41 @@ describe("backoff.balancer", function()
     assert.same({ true, 2, nil, 0 }, { balancer(p, { ctx_key = "a" }) })
   end)
 
-  it("refuses a bad policy and bad options", function()
-    local p = backoff.constant { delay = 0 }
-    assert.error_matches(function() balancer(nil) end,
-      "bad argument #1 to 'balancer' (backoff object expected, got nil)",
-      nil, true)
-    -- another userdata of this module (a budget) is not a policy
-    local fake = backoff.budget {}
-    assert.error_matches(function() balancer(fake) end,
-      "bad argument #1 to 'balancer' (backoff object expected, got "
-      .. "userdata)", nil, true)
+  it("refuses bad options by name, before anything is started", function()
+    local p = backoff.constant { delay = 0, max_attempts = 2 }
     local cases = {
       { 5, "options must be a table (got number)" },
       { { retries = 1 }, "unknown option 'retries'" },
       { { budget = 5 }, "option 'budget' must be a backoff budget" },
-      { { ctx_key = 1 }, "option 'ctx_key' must be a string (got 1)" },
+      { { budget = { deposit = print } },
+        "option 'budget' must be a backoff budget" },
+      { { ctx_key = 1 }, "option 'ctx_key' must be a non-empty string" },
+      { { ctx_key = "" }, "option 'ctx_key' must be a non-empty string" },
       { { timeouts = 1 }, "option 'timeouts' must be a table" },
       { { timeouts = { connect = 0 } }, "a factor > 0 or false (got 0)" },
       { { timeouts = { write = 1 } }, "takes connect, send and read" },
+      { { metrics = {} }, "option 'metrics' must be a backoff.metrics" },
+      { { metrics = io.stdout },
+        "option 'metrics' must be a backoff.metrics" },
+      { { min_attempt_time = -1 },
+        "option 'min_attempt_time' must be a finite number >= 0" },
+      { { min_attempt_time = 0 / 0 },
+        "option 'min_attempt_time' must be a finite number >= 0" },
     }
     for _, c in ipairs(cases) do
       assert.error_matches(function() balancer(p, c[1]) end, c[2], nil, true)
       assert.error_matches(function() balancer(p, c[1]) end,
                            "backoff.balancer: ", nil, true)
+      log_phase(200)
+      assert.error_matches(function() balancer.done(c[1]) end, c[2], nil,
+                           true)
+      fake.phase = "balancer"
     end
-    assert.is_nil(rawget(_G, "ngx").ctx.backoff_balancer)  -- none started
+    assert.is_nil(fake.ctx.backoff_balancer)  -- none started
+    assert.equal(0, calls.more)
+    log_phase(200)
+    assert.error_matches(function() balancer.done(nil, "yes") end,
+      "bad argument #2 to 'done' (boolean or nil expected for 'ok', got "
+      .. "'yes')", nil, true)
   end)
 end)

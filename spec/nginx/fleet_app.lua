@@ -16,9 +16,11 @@ function app.init()
   policies.limits = backoff.retry_timeouts { max_actual_duration = 1.6,
     max_attempts = 4, min_adjust_timeout = 0.05, jitter_factor = 0,
     timeout_jitter_factor = 0 }
-  -- a hanging peer only: tries until 1 s is over
+  -- a hanging peer only: tries until 1 s is over (max_attempts: the
+  -- balancer needs one, as it cannot space tries out)
   policies.deadline = backoff.retry_timeouts { max_actual_duration = 1,
-    min_adjust_timeout = 0.05, jitter_factor = 0, timeout_jitter_factor = 0 }
+    max_attempts = 19, min_adjust_timeout = 0.05, jitter_factor = 0,
+    timeout_jitter_factor = 0 }
   budgets.retry = budget { shared = ngx.shared.budget, key = "retry",
     capacity = 20, cost = 5, refund = 1 }
   budgets.proxy = budget { shared = ngx.shared.budget, key = "proxy",

@@ -1,0 +1,424 @@
+-- backoff.metrics: what retries do, counted per name, written in the
+-- Prometheus text exposition format (version 0.0.4).
+--
+--   local metrics = require "backoff.metrics"
+--   -- nginx.conf: lua_shared_dict backoff_metrics 1m;
+--   local m = metrics.new("users_api",
+--                         { shared = ngx.shared.backoff_metrics })
+--   backoff.retry(policy, fn, { metrics = m })        -- the runner counts
+--   ... location = /metrics { content_by_lua_block {
+--         require("backoff.metrics").collect(ngx.shared.backoff_metrics)
+--       } }
+--
+-- Counters (each a family backoff_<counter>_total, label name="..."):
+--   attempts               attempts made, first ones included
+--   retries                attempts after the first
+--   successes              runs that succeeded
+--   successes_after_retry  runs that succeeded after one or more retries
+--   giveups                runs given up; label reason="max_attempts", ...
+--   budget_refusals        retries a retry budget refused
+--   hints_honoured         retries that waited for a server's hint
+--
+-- Storage: inside nginx, a lua_shared_dict (option `shared`), so that
+-- every worker adds to the same counters and /metrics shows them all,
+-- whichever worker answers; each addition is one dict:incr (atomic, no
+-- lock).  Outside nginx (or with shared = false) a table of this Lua
+-- state.  Keys are "backoff\t<counter>\t<name>[\t<reason>]", so the dict
+-- may hold other data; metrics.prometheus reads only these keys.
+
+local core = require "backoff.core"
+local repr = core._repr             -- short, escaped
+
+local error, floor, getmetatable, ipairs, next, pairs, pcall, rawget,
+      setmetatable, sort, concat, type, format, byte =
+      error, math.floor, getmetatable, ipairs, next, pairs, pcall, rawget,
+      setmetatable, table.sort, table.concat, type, string.format,
+      string.byte
+
+local M = {}
+
+-- the counters, in the order they are written, and their help texts
+local COUNTERS = {
+  "attempts", "retries", "successes", "successes_after_retry", "giveups",
+  "budget_refusals", "hints_honoured",
+}
+local HELP = {
+  attempts = "Attempts made, first attempts and retries.",
+  retries = "Retries made: attempts after the first.",
+  successes = "Operations that succeeded.",
+  successes_after_retry =
+    "Operations that succeeded after one or more retries.",
+  giveups = "Operations given up, by reason.",
+  budget_refusals = "Retries refused by a retry budget.",
+  hints_honoured =
+    "Retries that waited for a server's hint (Retry-After, RateLimit-Reset).",
+}
+local KNOWN = {}
+for _, c in ipairs(COUNTERS) do KNOWN[c] = true end
+
+local PREFIX = "backoff\t"
+local MAX_NAME = 200
+
+-- this Lua state's counters (outside nginx, or shared = false)
+local process = {}
+
+-- the running nginx phase, or nil outside nginx
+local function in_nginx()
+  local ngx = rawget(_G, "ngx")
+  return type(ngx) == "table" and type(ngx.get_phase) == "function"
+end
+
+-- v[name] is a function (indexing a userdata may raise)
+local function index(v, name) return v[name] end
+local function has_method(v, name)
+  local t = type(v)
+  if t ~= "table" and t ~= "userdata" then return false end
+  local ok, f = pcall(index, v, name)
+  return ok and type(f) == "function"
+end
+
+local function is_dict(v)
+  return has_method(v, "incr") and has_method(v, "get")
+         and has_method(v, "get_keys")
+end
+
+-- s is UTF-8 with no control character (C0, DEL): a label value any
+-- Prometheus parser reads back as it was
+local function clean_utf8(s)
+  local i, n = 1, #s
+  while i <= n do
+    local c = byte(s, i)
+    if c < 0x20 or c == 0x7f then return false end
+    if c < 0x80 then
+      i = i + 1
+    else
+      local need, lo, hi
+      if c >= 0xc2 and c <= 0xdf then need, lo, hi = 1, 0x80, 0xbf
+      elseif c == 0xe0 then need, lo, hi = 2, 0xa0, 0xbf
+      elseif c == 0xed then need, lo, hi = 2, 0x80, 0x9f
+      elseif c >= 0xe1 and c <= 0xef then need, lo, hi = 2, 0x80, 0xbf
+      elseif c == 0xf0 then need, lo, hi = 3, 0x90, 0xbf
+      elseif c >= 0xf1 and c <= 0xf3 then need, lo, hi = 3, 0x80, 0xbf
+      elseif c == 0xf4 then need, lo, hi = 3, 0x80, 0x8f
+      else return false end
+      local c2 = byte(s, i + 1)
+      if not c2 or c2 < lo or c2 > hi then return false end
+      for k = 2, need do
+        local ck = byte(s, i + k)
+        if not ck or ck < 0x80 or ck > 0xbf then return false end
+      end
+      i = i + need + 1
+    end
+  end
+  return true
+end
+
+-- a give-up reason: a name, as the runner's reasons are
+local function is_reason(v)
+  return type(v) == "string" and #v <= 64 and v:match("^[%a_][%w_]*$") ~= nil
+end
+
+local function is_count(v)
+  return type(v) == "number" and v >= 0 and v < 2 ^ 53 and v == floor(v)
+end
+
+------------------------------------------------------------------------
+-- recorders
+
+local Recorder = { __name = "backoff.metrics" }
+Recorder.__index = Recorder
+
+local function self_of(self, method)
+  if getmetatable(self) ~= Recorder then
+    error(("calling '%s' on bad self (backoff.metrics recorder expected, "
+      .. "got %s)"):format(method, type(self)), 3)
+  end
+  return self
+end
+
+-- add n to one counter (reason: the giveups label); a full dict loses
+-- the count and says so once per recorder in the error log
+local function add(self, counter, n, reason)
+  local key = self.keys[counter]
+  if reason then
+    local by = self.keys.giveups
+    key = by[reason]
+    if not key then
+      key = self.prefix_giveups .. reason
+      by[reason] = key
+    end
+  end
+  local dict = self.dict
+  if dict then
+    local ok, err = dict:incr(key, n, 0)
+    if not ok and not self.warned then
+      self.warned = true
+      local ngx = rawget(_G, "ngx")
+      if type(ngx) == "table" and ngx.log then
+        ngx.log(ngx.WARN, "backoff.metrics: counts lost for '", self.name,
+                "': ", err, " (make the lua_shared_dict larger)")
+      end
+    end
+  else
+    process[key] = (process[key] or 0) + n
+  end
+end
+
+--- m:add(counter, n [, reason]): adds n (an integer >= 0) to a counter;
+-- reason (a name) is required for "giveups" and refused for the others.
+function Recorder:add(counter, n, reason)
+  self = self_of(self, "add")
+  if not KNOWN[counter] then
+    error("bad argument #1 to 'add' (a counter name expected: "
+          .. concat(COUNTERS, ", ") .. "; got " .. repr(counter) .. ")", 2)
+  end
+  if not is_count(n) then
+    error("bad argument #2 to 'add' (an integer count >= 0 expected, got "
+          .. repr(n) .. ")", 2)
+  end
+  if counter == "giveups" then
+    if not is_reason(reason) then
+      error("bad argument #3 to 'add' (a reason expected for 'giveups': "
+            .. "letters, digits and _, at most 64 bytes; got "
+            .. repr(reason) .. ")", 2)
+    end
+  elseif reason ~= nil then
+    error("bad argument #3 to 'add' (only 'giveups' takes a reason, got "
+          .. repr(reason) .. ")", 2)
+  end
+  if n > 0 then add(self, counter, n, reason) end
+end
+
+--- m:run(ok, attempts [, reason [, hints]]): one run ended.  ok: true
+-- (success) or false (given up, for reason); attempts made (>= 0);
+-- hints: retries that waited for a server's hint (<= attempts).  What
+-- the runner calls; by hand for loops of your own.
+function Recorder:run(ok, attempts, reason, hints)
+  self = self_of(self, "run")
+  if type(ok) ~= "boolean" then
+    error("bad argument #1 to 'run' (boolean expected for 'ok', got "
+          .. repr(ok) .. ")", 2)
+  end
+  if not is_count(attempts) then
+    error("bad argument #2 to 'run' (an integer count >= 0 expected for "
+          .. "'attempts', got " .. repr(attempts) .. ")", 2)
+  end
+  if ok then
+    if reason ~= nil then
+      error("bad argument #3 to 'run' (a success has no reason, got "
+            .. repr(reason) .. ")", 2)
+    end
+  elseif not is_reason(reason) then
+    error("bad argument #3 to 'run' (a reason expected for a give-up: "
+          .. "letters, digits and _, at most 64 bytes; got "
+          .. repr(reason) .. ")", 2)
+  end
+  if hints == nil then hints = 0 end
+  if not is_count(hints) or hints > attempts then
+    error("bad argument #4 to 'run' (an integer count from 0 to attempts "
+          .. "expected for 'hints', got " .. repr(hints) .. ")", 2)
+  end
+  if attempts > 0 then add(self, "attempts", attempts) end
+  if attempts > 1 then add(self, "retries", attempts - 1) end
+  if ok then
+    add(self, "successes", 1)
+    if attempts > 1 then add(self, "successes_after_retry", 1) end
+  else
+    add(self, "giveups", 1, reason)
+    if reason == "budget" then add(self, "budget_refusals", 1) end
+  end
+  if hints > 0 then add(self, "hints_honoured", hints) end
+end
+
+-- the value under key, 0 when missing
+local function value(self, key)
+  local v
+  if self.dict then v = self.dict:get(key) else v = process[key] end
+  return type(v) == "number" and v or 0
+end
+
+--- m:counts() -> { attempts = n, ..., giveups = { reason = n } }: this
+-- name's counters now (reads every key of the dict: for tests and
+-- debugging, not for every request)
+function Recorder:counts()
+  self = self_of(self, "counts")
+  local t = { giveups = {} }
+  for _, c in ipairs(COUNTERS) do
+    if c ~= "giveups" then t[c] = value(self, self.keys[c]) end
+  end
+  local p = self.prefix_giveups
+  local keys
+  if self.dict then
+    keys = self.dict:get_keys(0)
+  else
+    keys = {}
+    for k in pairs(process) do keys[#keys + 1] = k end
+  end
+  for _, k in ipairs(keys) do
+    if k:sub(1, #p) == p then
+      t.giveups[k:sub(#p + 1)] = value(self, k)
+    end
+  end
+  return t
+end
+
+function Recorder:__tostring()
+  return ("backoff.metrics: %s (%s)"):format(repr(self.name),
+    self.dict and "shared dict" or "this process")
+end
+
+local known_opts = { shared = true }
+
+--- metrics.new(name [, opts]) -> a recorder for `name`.  opts.shared: a
+-- lua_shared_dict (required inside nginx), or false for counts kept
+-- by this Lua state alone.
+function M.new(name, opts)
+  if type(name) ~= "string" or #name == 0 or #name > MAX_NAME
+     or not clean_utf8(name) then
+    error("bad argument #1 to 'new' (a name expected: 1 to " .. MAX_NAME
+          .. " bytes of UTF-8 without control characters; got "
+          .. repr(name) .. ")", 2)
+  end
+  if opts ~= nil and type(opts) ~= "table" then
+    error("bad argument #2 to 'new' (options must be a table, got "
+          .. type(opts) .. ")", 2)
+  end
+  opts = opts or {}
+  for k in next, opts do          -- read raw: no metamethod runs
+    if not known_opts[k] then
+      error("backoff.metrics.new: unknown option " .. repr(k), 2)
+    end
+  end
+  local dict = rawget(opts, "shared")
+  if dict == nil and in_nginx() then
+    error("backoff.metrics.new: inside nginx, option 'shared' must be a "
+          .. "lua_shared_dict (each worker would count apart, and "
+          .. "/metrics show one worker at a time); shared = false keeps "
+          .. "per-worker counts anyway", 2)
+  end
+  if dict == false then
+    dict = nil
+  elseif dict ~= nil and not is_dict(dict) then
+    error("backoff.metrics.new: option 'shared' must be an ngx.shared "
+          .. "dict or false (got " .. repr(dict) .. ")", 2)
+  end
+  local keys = { giveups = {} }
+  for _, c in ipairs(COUNTERS) do
+    if c ~= "giveups" then keys[c] = PREFIX .. c .. "\t" .. name end
+  end
+  return setmetatable({ name = name, dict = dict, keys = keys,
+    prefix_giveups = PREFIX .. "giveups\t" .. name .. "\t" }, Recorder)
+end
+
+------------------------------------------------------------------------
+-- the exposition
+
+-- a label value as the text format wants it
+local function escape(v)
+  return (v:gsub('[\\"\n]', { ["\\"] = "\\\\", ['"'] = '\\"',
+                              ["\n"] = "\\n" }))
+end
+
+local function number(v)
+  if v == floor(v) and v > -2 ^ 53 and v < 2 ^ 53 then
+    return format("%.0f", v)
+  end
+  return format("%.17g", v)
+end
+
+-- counter, name and reason ("" for none) of one of our keys
+local KEY = "^backoff\t([%w_]+)\t([^\t]*)\t?(.*)$"
+
+-- the keys and values to write: from the dict, or this process's
+local function snapshot(dict)
+  local t = {}
+  if dict then
+    for _, k in ipairs(dict:get_keys(0)) do
+      if type(k) == "string" and k:sub(1, #PREFIX) == PREFIX then
+        local v = dict:get(k)
+        if type(v) == "number" then t[k] = v end
+      end
+    end
+  else
+    for k, v in pairs(process) do t[k] = v end
+  end
+  return t
+end
+
+local function check_dict(dict, fn)
+  if dict ~= nil and not is_dict(dict) then
+    error("bad argument #1 to '" .. fn .. "' (an ngx.shared dict or nil "
+          .. "expected, got " .. repr(dict) .. ")", 3)
+  end
+end
+
+--- metrics.prometheus([dict]) -> the text exposition of every counter
+-- kept in dict (nil: this Lua state's own counters)
+function M.prometheus(dict)
+  check_dict(dict, "prometheus")
+  local rows = {}                   -- counter -> { label text -> value }
+  for k, v in pairs(snapshot(dict)) do
+    local counter, name, reason = k:match(KEY)
+    if counter and KNOWN[counter] then
+      local labels = 'name="' .. escape(name) .. '"'
+      if counter == "giveups" then
+        if reason == "" then labels = nil
+        else labels = labels .. ',reason="' .. escape(reason) .. '"' end
+      elseif reason ~= "" then
+        labels = nil
+      end
+      if labels then
+        local r = rows[counter] or {}
+        rows[counter] = r
+        r[labels] = (r[labels] or 0) + v
+      end
+    end
+  end
+  local out = {}
+  for _, c in ipairs(COUNTERS) do
+    local family = "backoff_" .. c .. "_total"
+    out[#out + 1] = "# HELP " .. family .. " " .. HELP[c]
+    out[#out + 1] = "# TYPE " .. family .. " counter"
+    local r, labels = rows[c] or {}, {}
+    for l in pairs(r) do labels[#labels + 1] = l end
+    sort(labels)
+    for _, l in ipairs(labels) do
+      out[#out + 1] = family .. "{" .. l .. "} " .. number(r[l])
+    end
+  end
+  out[#out + 1] = ""
+  return concat(out, "\n")
+end
+
+--- metrics.collect([dict]): answers a /metrics request with it
+-- (content_by_lua*): Content-Type text/plain; version=0.0.4 unless the
+-- headers were sent already (after nginx-lua-prometheus's collect())
+function M.collect(dict)
+  check_dict(dict, "collect")
+  local ngx = rawget(_G, "ngx")
+  if type(ngx) ~= "table" or type(ngx.print) ~= "function" then
+    error("backoff.metrics.collect: needs content_by_lua* (called outside "
+          .. "nginx); metrics.prometheus() returns the text", 2)
+  end
+  if not ngx.headers_sent then
+    ngx.header["Content-Type"] = "text/plain; version=0.0.4; charset=utf-8"
+  end
+  ngx.print(M.prometheus(dict))
+end
+
+--- metrics.reset([dict]): removes every counter kept in dict (nil: this
+-- Lua state's own)
+function M.reset(dict)
+  check_dict(dict, "reset")
+  if dict then
+    for _, k in ipairs(dict:get_keys(0)) do
+      if type(k) == "string" and k:sub(1, #PREFIX) == PREFIX then
+        dict:delete(k)
+      end
+    end
+  else
+    for k in pairs(process) do process[k] = nil end
+  end
+end
+
+return M
