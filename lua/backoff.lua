@@ -220,10 +220,16 @@ local hot = setmetatable({}, { __mode = "v" })
 local function facts_of(b)
   local c = b:config()
   local f = false
-  if c.max_actual_duration > 0 then
-    f = { duration = c.max_actual_duration, start = c.start,
+  -- (google and cenkalti have max_elapsed_time instead, under their own
+  -- rules: their objects stop by themselves, as their references do)
+  local duration = c.max_actual_duration or 0
+  if duration > 0 then
+    f = { duration = duration, start = c.start,
           timeouts = b:timeout() ~= nil,
-          min_adjust_timeout = c.min_adjust_timeout }
+          min_adjust_timeout = c.min_adjust_timeout,
+          -- the initial timeout is a draw of its random function: taken
+          -- once, from the run's own object, built at the start
+          eager = c.random ~= nil }
   end
   return f
 end
@@ -498,6 +504,7 @@ local function runner(method)
     local timeout
     local now = core_now(b or policy)
     local t0 = now                    -- the run's start
+    if not b and f.eager and f.timeouts then b = policy:clone(now) end
     if b then
       t0 = now - b:elapsed(now)
       timeout = b:timeout()
