@@ -533,11 +533,11 @@ describe("the systems under backoff.retry", function()
 
   it("takes a policy's random draws once each, also with timeouts",
     function()
-      local draws = 0
+      local taken = 0
       local p = backoff.retry_timeouts { max_actual_duration = 10,
         min_adjust_timeout = 0.01, initial_delay = 0.001,
-        random = function() draws = draws + 1 return 0.5 end }
-      draws = 0
+        random = function() taken = taken + 1 return 0.5 end }
+      taken = 0
       local n = 0
       assert.is_number(backoff.retry(p, function(_, t)
         n = n + 1
@@ -546,6 +546,6 @@ describe("the systems under backoff.retry", function()
       end, { sleep = function() end }))
       -- the run's object: its initial timeout; the failure: the delay's
       -- jitter and the timeout's
-      assert.equal(3, draws)
+      assert.equal(3, taken)
     end)
 end)
