@@ -9,7 +9,7 @@
 
 #include <math.h>
 
-#include "backoff.h"
+#include "backoff_types.h"
 #include "backoff_math.h"
 
 static int is_increase_decrease(int s) {
