@@ -133,21 +133,9 @@ local function default_sleep()
   return nop, phase
 end
 
--- fn may be a function or a callable object
-local function callable(v)
-  if type(v) == "function" then return true end
-  local mt = getmetatable(v)
-  return type(mt) == "table" and mt.__call ~= nil
-end
-
--- v[name] is callable (for a userdata, indexing itself may raise)
-local function index(v, name) return v[name] end
-local function has_method(v, name)
-  local t = type(v)
-  if t ~= "table" and t ~= "userdata" then return false end
-  local ok, m = pcall(index, v, name)
-  return ok and callable(m)
-end
+-- fn may be a function or a callable object; v[name] callable
+local util = require "backoff.util"
+local callable, has_method = util.callable, util.has_method
 
 -- ropts keys and the type each must have
 local retry_options = {
