@@ -312,6 +312,13 @@ describe("Polly.Contrib's other backoffs, as options", function()
           random = draws(u) }, 5)
       end
       near({ 20, 35, 55, 55, 55 }, aws(0.5))
+      -- no draw when the bounds are equal (a minimum of 0 or = maximum)
+      local calls = 0
+      local b = backoff.decorrelated { initial_delay = 0, max_delay = 0.1,
+        cap_then_jitter = true,
+        random = function() calls = calls + 1 return 0.5 end }
+      near({ 0, 0, 0 }, run(b, 3))
+      assert.equal(0, calls)
       near({ 0, 20, 35, 55, 55 }, aws(0.5, true))
       near({ 10, 10, 10, 10, 10 }, aws(0))
     end)
