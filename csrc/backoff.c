@@ -17,53 +17,24 @@
 
 #include "backoff.h"
 #include "backoff_math.h"
+#include "backoff_rng.h"
 #include "backoff_strategies.h"
 #include "backoff_systems.h"
 
-
 /* ----------------------------------------------------------------- */
-/* xoshiro256** 1.0 (Blackman and Vigna, 2018, public domain         */
-/* algorithm), seeded with splitmix64 as its authors recommend.      */
+/* the generator (backoff_rng.h)                                     */
 /* ----------------------------------------------------------------- */
-
-static uint64_t rotl(uint64_t x, int k) {
-  return (x << k) | (x >> (64 - k));
-}
-
-static uint64_t splitmix64(uint64_t *x) {
-  uint64_t z = (*x += UINT64_C(0x9e3779b97f4a7c15));
-  z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
-  z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
-  return z ^ (z >> 31);
-}
 
 BACKOFF_API void backoff_rng_seed(backoff_rng *r, uint64_t seed) {
-  uint64_t x = seed;
-  int i;
-  for (i = 0; i < 4; i++)
-    r->s[i] = splitmix64(&x);
-  /* splitmix64 is a bijection of a counter: four consecutive outputs
-     cannot all be zero, but keep the invariant explicit */
-  if ((r->s[0] | r->s[1] | r->s[2] | r->s[3]) == 0)
-    r->s[1] = 0xff;
+  rng_seed(r, seed);
 }
 
 BACKOFF_API uint64_t backoff_rng_next(backoff_rng *r) {
-  uint64_t *s = r->s;
-  uint64_t result = rotl(s[1] * 5, 7) * 9;
-  uint64_t t = s[1] << 17;
-  s[2] ^= s[0];
-  s[3] ^= s[1];
-  s[1] ^= s[2];
-  s[0] ^= s[3];
-  s[2] ^= t;
-  s[3] = rotl(s[3], 45);
-  return result;
+  return rng_next(r);
 }
 
-/* [0, 1) from the top 53 bits, as Lua 5.4's I2d does */
 BACKOFF_API double backoff_rng_double(backoff_rng *r) {
-  return (double)(backoff_rng_next(r) >> 11) * (1.0 / 9007199254740992.0);
+  return rng_double(r);
 }
 
 /* ----------------------------------------------------------------- */
@@ -435,7 +406,7 @@ BACKOFF_API int backoff_success(backoff_t *b, double ts, backoff_result *r) {
 /* ----------------------------------------------------------------- */
 
 static void fresh_state(backoff_t *b, double start) {
-  backoff_rng_seed(&b->rng, b->seed);
+  rng_seed(&b->rng, b->seed);
   b->attempts = 0;
   b->start = start;
   b->last_ts = 0;
@@ -486,7 +457,7 @@ BACKOFF_API int backoff_restart(backoff_t *b, double start, uint64_t seed) {
 
 BACKOFF_API void backoff_reseed(backoff_t *b, uint64_t seed) {
   b->seed = seed;
-  backoff_rng_seed(&b->rng, seed);
+  rng_seed(&b->rng, seed);
 }
 
 BACKOFF_API double backoff_delay(const backoff_t *b) {

@@ -15,7 +15,8 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "backoff.h"
+#include "backoff_rng.h"
+#include "backoff_types.h"
 
 /* The steps of one operation, inlined into each caller as they were
    when the pipeline had one caller: given a second (the hint's entry),
@@ -56,7 +57,7 @@ static inline double unsign_zero(double x) {
    ever lent: an object lent one is off that path (cfg.special) */
 static inline double draw_(backoff_t *b, int general) {
   if (general && b->draws != NULL) return b->draws->next(b->draws->ctx);
-  return backoff_rng_double(&b->rng);
+  return rng_double(&b->rng);
 }
 #define draw(b) draw_((b), 1)
 

@@ -9,7 +9,7 @@
 
 #include <math.h>
 
-#include "backoff.h"
+#include "backoff_types.h"
 #include "backoff_math.h"
 
 static int is_increase_decrease(int s) {
@@ -36,8 +36,15 @@ PIPELINE double decorrelated(backoff_t *b, int general) {
   double base = c->p.decorrelated.initial_delay;
   double tmp = b->has_seq ? b->seq_a : base;
   tmp = fin(tmp * c->p.decorrelated.multiplier);
-  if (c->cap_then_jitter && tmp > c->max_delay) tmp = c->max_delay;
-  tmp = between_(b, base, tmp, general);
+  if (general && c->cap_then_jitter) {     /* (never on the hot path) */
+    if (tmp > c->max_delay) tmp = c->max_delay;
+    /* the contrib's Uniform(a, b) draws nothing when a == b (a minimum
+       of 0, or equal to the maximum): a replay of its draws must not
+       run out */
+    if (tmp != base) tmp = between_(b, base, tmp, general);
+  } else {
+    tmp = between_(b, base, tmp, general);
+  }
   if (tmp > c->max_delay) tmp = c->max_delay;
   b->seq_a = tmp;
   b->has_seq = 1;

@@ -27,7 +27,7 @@
 
 #include <math.h>
 
-#include "backoff.h"
+#include "backoff_types.h"
 #include "backoff_math.h"
 #include "backoff_strategies.h"
 

@@ -133,21 +133,9 @@ local function default_sleep()
   return nop, phase
 end
 
--- fn may be a function or a callable object
-local function callable(v)
-  if type(v) == "function" then return true end
-  local mt = getmetatable(v)
-  return type(mt) == "table" and mt.__call ~= nil
-end
-
--- v[name] is callable (for a userdata, indexing itself may raise)
-local function index(v, name) return v[name] end
-local function has_method(v, name)
-  local t = type(v)
-  if t ~= "table" and t ~= "userdata" then return false end
-  local ok, m = pcall(index, v, name)
-  return ok and callable(m)
-end
+-- fn may be a function or a callable object; v[name] callable
+local util = require "backoff.util"
+local callable, has_method = util.callable, util.has_method
 
 -- ropts keys and the type each must have
 local retry_options = {
@@ -220,10 +208,16 @@ local hot = setmetatable({}, { __mode = "v" })
 local function facts_of(b)
   local c = b:config()
   local f = false
-  if c.max_actual_duration > 0 then
-    f = { duration = c.max_actual_duration, start = c.start,
+  -- (google and cenkalti have max_elapsed_time instead, under their own
+  -- rules: their objects stop by themselves, as their references do)
+  local duration = c.max_actual_duration or 0
+  if duration > 0 then
+    f = { duration = duration, start = c.start,
           timeouts = b:timeout() ~= nil,
-          min_adjust_timeout = c.min_adjust_timeout }
+          min_adjust_timeout = c.min_adjust_timeout,
+          -- the initial timeout is a draw of its random function: taken
+          -- once, from the run's own object, built at the start
+          eager = c.random ~= nil }
   end
   return f
 end
@@ -498,6 +492,7 @@ local function runner(method)
     local timeout
     local now = core_now(b or policy)
     local t0 = now                    -- the run's start
+    if not b and f.eager and f.timeouts then b = policy:clone(now) end
     if b then
       t0 = now - b:elapsed(now)
       timeout = b:timeout()

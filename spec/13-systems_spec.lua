@@ -312,6 +312,13 @@ describe("Polly.Contrib's other backoffs, as options", function()
           random = draws(u) }, 5)
       end
       near({ 20, 35, 55, 55, 55 }, aws(0.5))
+      -- no draw when the bounds are equal (a minimum of 0 or = maximum)
+      local calls = 0
+      local b = backoff.decorrelated { initial_delay = 0, max_delay = 0.1,
+        cap_then_jitter = true,
+        random = function() calls = calls + 1 return 0.5 end }
+      near({ 0, 0, 0 }, run(b, 3))
+      assert.equal(0, calls)
       near({ 0, 20, 35, 55, 55 }, aws(0.5, true))
       near({ 10, 10, 10, 10, 10 }, aws(0))
     end)
@@ -505,4 +512,47 @@ describe("options shared by the ports", function()
         delay_multiple_on_success = 0.5, fast_first = true }
     end, "backoff.limd: unknown option 'fast_first'", nil, true)
   end)
+end)
+
+describe("the systems under backoff.retry", function()
+  it("runs every system as a policy, each counting retries its way",
+    function()
+      local sleeps = {}
+      local sleep = function(d) sleeps[#sleeps + 1] = d end
+      for s, opts in pairs {
+        google = { max_retries = 2 },
+        cenkalti = { max_retries = 2 },
+        eventsauce = { initial_delay = 0.1, max_tries = 2 },
+        polly = { max_retry_attempts = 2 },
+        decorrelated_v2 = { median_first_retry_delay = 1, max_retries = 2 },
+        aws = { base = 0.1, cap = 1, max_retries = 2 },
+      } do
+        local calls = 0
+        local r, err, reason = backoff.retry(backoff.new(s, opts),
+          function() calls = calls + 1 return nil, "no" end,
+          { sleep = sleep })
+        assert.is_nil(r)
+        assert.equal("no", err)
+        assert.equal("max_attempts", reason, s)
+        assert.equal(3, calls, s)
+      end
+    end)
+
+  it("takes a policy's random draws once each, also with timeouts",
+    function()
+      local taken = 0
+      local p = backoff.retry_timeouts { max_actual_duration = 10,
+        min_adjust_timeout = 0.01, initial_delay = 0.001,
+        random = function() taken = taken + 1 return 0.5 end }
+      taken = 0
+      local n = 0
+      assert.is_number(backoff.retry(p, function(_, t)
+        n = n + 1
+        if n < 2 then return nil, "x" end
+        return t
+      end, { sleep = function() end }))
+      -- the run's object: its initial timeout; the failure: the delay's
+      -- jitter and the timeout's
+      assert.equal(3, taken)
+    end)
 end)

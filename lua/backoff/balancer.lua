@@ -36,10 +36,10 @@
 --   * balancer.done counts 499 (client closed) and 408 (client timed
 --     out) as neither success nor failure: nothing recorded or paid.
 
-local error, getmetatable, max, next, pcall, rawget, setmetatable,
-      tostring, type =
-      error, getmetatable, math.max, next, pcall, rawget, setmetatable,
-      tostring, type
+local error, getmetatable, max, next, rawget, setmetatable, tostring,
+      type =
+      error, getmetatable, math.max, next, rawget, setmetatable, tostring,
+      type
 
 local core = require "backoff.core"
 local repr = core._repr                     -- short, escaped
@@ -82,14 +82,7 @@ local function bad(msg, v)
   error("backoff.balancer: " .. msg .. " (got " .. repr(v) .. ")", 4)
 end
 
--- v[name] is a function (indexing a userdata may raise)
-local function index(v, name) return v[name] end
-local function has_method(v, name)
-  local t = type(v)
-  if t ~= "table" and t ~= "userdata" then return false end
-  local ok, f = pcall(index, v, name)
-  return ok and type(f) == "function"
-end
+local has_method = require("backoff.util").has_method
 
 local function check_opts(opts)
   if opts == nil then return end

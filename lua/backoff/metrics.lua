@@ -29,9 +29,9 @@
 local core = require "backoff.core"
 local repr = core._repr             -- short, escaped
 
-local error, floor, getmetatable, ipairs, next, pairs, pcall, rawget,
+local error, floor, getmetatable, ipairs, next, pairs, rawget,
       setmetatable, sort, concat, type, format, byte =
-      error, math.floor, getmetatable, ipairs, next, pairs, pcall, rawget,
+      error, math.floor, getmetatable, ipairs, next, pairs, rawget,
       setmetatable, table.sort, table.concat, type, string.format,
       string.byte
 
@@ -68,14 +68,7 @@ local function in_nginx()
   return type(ngx) == "table" and type(ngx.get_phase) == "function"
 end
 
--- v[name] is a function (indexing a userdata may raise)
-local function index(v, name) return v[name] end
-local function has_method(v, name)
-  local t = type(v)
-  if t ~= "table" and t ~= "userdata" then return false end
-  local ok, f = pcall(index, v, name)
-  return ok and type(f) == "function"
-end
+local has_method = require("backoff.util").has_method
 
 local function is_dict(v)
   return has_method(v, "incr") and has_method(v, "get")

@@ -24,7 +24,7 @@ LIMD="2 6 10 2 1 1 5 9 13 "
 
 rm -rf "$work" && mkdir -p "$src" "$run" || exit 1
 (cd "$root" && cp -r Makefile .ci csrc lua bin rockspec "$src/") || exit 1
-cp -r "$root/spec" "$root/doc" "$run/" || exit 1
+cp -r "$root/spec" "$root/doc" "$root/README.md" "$run/" || exit 1
 
 # 1. the rockspecs
 for f in "$src"/rockspec/*.rockspec; do
