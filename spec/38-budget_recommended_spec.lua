@@ -311,11 +311,12 @@ describe("budget.recommended shared by workers", function()
     assert.is_true(a:success_share() < 1)
     assert.equal(1, b:success_share())
     b:record(true, 1)                    -- b's share is 1: earns 6
-    assert.equal(4.08, b:reserve())      -- b's request; a's failure
-    assert.equal(4.08, b:tokens())       -- is not b's to end
-    a:record(true, 2)                    -- ends a's failure: +2
-    assert.is_true(a:withdraw())         -- a withdrawal flushes
-    assert.equal(6.08, b:reserve())
+    -- a's request of the last second (a moved on: written), b's own;
+    -- a's failure is not b's to end
+    assert.equal(4.16, b:reserve())
+    assert.equal(4.16, b:tokens())
+    a:record(true, 2)                    -- ends a's failure: +2, at once
+    assert.equal(6.16, b:reserve())
   end)
 
   it("keeps a full budget full with one read and no write, a long run "
@@ -328,10 +329,11 @@ describe("budget.recommended shared by workers", function()
     assert.equal(10, dict.gets)           -- s starts at 1: quiet
     b:record(false, 1)                    -- s = 0.995: a read each time
     local gets = dict.gets
-    for _ = 1, 100 do b:record(true, 1) end
+    for _ = 1, 100 do b:record(true, 1) end   -- the first ends the run:
     assert.equal(gets + 100, dict.gets)
+    assert.equal(1, dict.incrs)               -- its counts written at once
     for _ = 1, 1600 do b:record(true, 1) end   -- s climbs past 0.999
-    assert.equal(0, dict.incrs)
+    assert.equal(1, dict.incrs)
     gets = dict.gets
     for _ = 1, 160 do b:record(true, 1) end
     assert.equal(gets + 10, dict.gets)    -- one read per 16 successes
@@ -339,7 +341,7 @@ describe("budget.recommended shared by workers", function()
       c.t = c.t + 1
       for _ = 1, 16 do b:record(true, 1) end
     end
-    assert.equal(10, dict.incrs)          -- each second's counts: one incr
+    assert.equal(11, dict.incrs)          -- each second's counts: one incr
     assert.equal(8, b:tokens())
   end)
 

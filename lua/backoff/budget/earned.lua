@@ -43,7 +43,9 @@
 -- thousandths) go to slices of span / 10 seconds: in this Lua state a
 -- ring, shared one dict key per slice (incr, init 0, expiring after
 -- span + one slice), each worker adding its counts of a slice in one
--- incr when its clock leaves the slice or it withdraws.  s and the
+-- incr when its clock leaves the slice, when it withdraws, or when a
+-- success ends a run of failures; it reads the slices before the last
+-- once per slice, the last and the current at each reserve.  s and the
 -- failures of the current run are per Lua state: shared, each worker
 -- measures them on its own attempts.  The good day costs one dict read
 -- per success, and a worker whose s is above 0.999 (about 300
@@ -158,12 +160,14 @@ local function reserve(self)
   if self.len == nil then return cap end
   local i = slice_now(self)
   advance(self, i)
-  if self.ci ~= i then                  -- the slices before this one
+  if self.ci ~= i then                  -- the slices before the last
     local s = 0
-    for j = i - SLICES + 1, i - 1 do s = s + get(self, j) end
+    for j = i - SLICES + 1, i - 2 do s = s + get(self, j) end
     self.ci, self.cs = i, s
   end
-  local r = self.cs + get(self, i) + self.pu
+  -- the last slice read afresh: other workers write theirs when they
+  -- move on
+  local r = self.cs + get(self, i - 1) + get(self, i) + self.pu
   if r < self.least then return self.least end
   if r > cap then return cap end
   return r
@@ -230,10 +234,14 @@ function Earned:record(ok, attempt, cost)
       local u = attempt == 1 and self.ureq or 0
       local f = self.fails
       if f > 0 then
+        -- the end of a run of failures: counted, and written at once
+        -- (shared, the other workers see it now; the good day has none)
         self.fails = 0
-        u = u + f * self.ufail
+        count(self, u + f * self.ufail)
+        flush(self)
+      elseif u > 0 then
+        count(self, u)
       end
-      if u > 0 then count(self, u) end
     end
     local skip = self.skip
     if skip > 0 then                     -- the good day, shared
