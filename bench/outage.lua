@@ -43,6 +43,7 @@
 --     [--csv FILE] [--svg FILE] [--markdown] [--check]
 --   luajit bench/outage.lua --sweep [--part I/N] [--rates 1,2,5,8,10,20]
 --     [--sweep-csv FILE]     (the grid: see "The sweep" below)
+--   luajit bench/outage.lua --by-rate 1,2,5,10,20   (see by_rate below)
 --
 -- --svg build/outage.svg writes build/outage-<event>.svg, one chart
 -- file per kind of event.  --check exits 1 when the recommended setting
@@ -353,8 +354,48 @@ local function sweep()
   if option("--check", false) and #misses > 0 then os.exit(1) end
 end
 
+-- --by-rate 1,2,5,10,20: the recommended setting at other rates per
+-- client, the offered load kept at 1,000 requests/s (clients = 1000 /
+-- rate), 1,500/s of capacity: a markdown table of its amplification in
+-- full outages and its success in half-failing events (no budget's in
+-- brackets), per process and per host
+local function by_rate()
+  local host = number("--host", 4)
+  local settings = keep_only(settings_for(host), "retries,rec,rec4")
+  local kinds = kinds_for({ 50, 100 }, { 10, 60, 300 }, false)
+  print("| requests/s per client (clients) | budget | full outage 10 s / "
+    .. "60 s / 300 s: amp | 50% failing 10 s / 60 s / 300 s: succ (no "
+    .. "budget's) |")
+  print("|---|---|---|---|")
+  for _, rate in ipairs(list("--by-rate", "1,2,5,10,20")) do
+    local clients = math.floor(1000 / rate + 0.5)
+    local params = { seed = number("--seed", 1), clients = clients,
+      rate = rate, capacity = number("--capacity", 1500),
+      retry_after = number("--retry-after", 1),
+      policy = policy_of(option("--policy", "full"),
+                         number("--attempts", 10)) }
+    local res = run_matrix(params, settings, kinds)
+    for _, rid in ipairs { "rec", "rec4" } do
+      local amp, succ = {}, {}
+      for e = 1, 3 do
+        amp[e] = ("%.2f"):format(res[2][e][rid].amplification)
+        succ[e] = ("%.1f%% (%.1f%%)"):format(100 * res[1][e][rid].success_in,
+          100 * res[1][e].retries.success_in)
+      end
+      print(("| %g (%d) | %s | %s | %s |"):format(rate, clients,
+        rid == "rec" and "per process" or "host of " .. host,
+        table.concat(amp, " / "), table.concat(succ, " / ")))
+    end
+    io.stdout:flush()
+  end
+end
+
 if option("--sweep", false) then
   sweep()
+  os.exit(0)
+end
+if option("--by-rate", false) then
+  by_rate()
   os.exit(0)
 end
 
