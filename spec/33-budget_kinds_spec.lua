@@ -27,13 +27,14 @@ local KINDS = {
       o.shared = dict
       return budget.grpc(o)
     end },
-  { name = "earned", alt = { capacity = 7 }, make = function(o, dict)
+  { name = "earned", alt = { capacity = 7 }, make = function(o, dict, w)
       o = o or {}
-      o.shared = dict
+      o.shared, o.clock = dict, (w or world()).clock
       return budget.earned(o)
     end },
-  { name = "recommended", make = function(o, dict)
-      return budget.recommended { shared = dict, key = o and o.key }
+  { name = "recommended", make = function(o, dict, w)
+      return budget.recommended { shared = dict, key = o and o.key,
+                                  clock = (w or world()).clock }
     end },
   { name = "ratio", alt = { percent = 7 }, make = function(o, dict, w)
       o = o or {}
@@ -212,6 +213,80 @@ describe("budget.kind", function()
     assert.equal(5, b:tokens())
     assert.equal(budget.token_bucket { capacity = 10 }:capacity(), 10)
     assert.equal(require("backoff").budget, budget)
+  end)
+end)
+
+describe("budget.earned's reserve window", function()
+  it("counts requests and ended failures for span seconds", function()
+    local w = world()
+    local b = budget.earned { clock = w.clock, per_request = 0.5,
+                              per_failure = 1, span = 4 }
+    assert.equal(4, b:span())
+    assert.equal(1, b:reserve())                  -- the floor: cost
+    for _ = 1, 6 do b:record(true, 1) end         -- 6 x 0.5
+    assert.equal(3, b:reserve())
+    b:record(false, 1)
+    b:record(false, 2)
+    b:record(true, 3)                             -- ends 2 failures
+    assert.equal(5.5, b:reserve())
+    w.t = w.t + 3.5
+    assert.equal(5.5, b:reserve())
+    w.t = w.t + 0.5                               -- 4 slices of 1 s: gone
+    assert.equal(1, b:reserve())
+  end)
+
+  it("span = 0: the reserve is the capacity, no clock is read", function()
+    local b = budget.earned { span = 0, clock = function()
+      error("read")
+    end }
+    assert.equal(8, b:reserve())
+    for _ = 1, 8 do assert.is_true(b:withdraw()) end
+    assert.is_false(b:withdraw())
+    b:record(true, 1)
+    assert.equal(6, b:tokens())
+  end)
+
+  it("shared: slices expire in the dict by themselves; an evicted or "
+     .. "corrupt slice counts 0, and a write deletes a corrupt one",
+     function()
+    local w = world()
+    local dict = new_dict()
+    dict.now = w.clock
+    local a = budget.recommended { shared = dict, clock = w.clock }
+    local b = budget.recommended { shared = dict, clock = w.clock }
+    for _ = 1, 50 do a:record(true, 1) end        -- 50 x 0.08
+    assert.is_true(a:withdraw())                  -- flushes a's counts
+    assert.equal(4, b:reserve())
+    w.t = w.t + 30
+    assert.equal(1, dict:count())                 -- the counter only
+    assert.equal(1, b:reserve())
+    for _ = 1, 50 do a:record(true, 1) end
+    assert.is_true(a:withdraw())
+    w.t = w.t + 1                                 -- b reads it afresh
+    local slice
+    for k in pairs(dict.data) do
+      if k ~= a:dict_key() then slice = k end
+    end
+    for _, v in ipairs { 0 / 0, 1 / 0, -5, 0.5, 2 ^ 60, "x" } do
+      dict.data[slice] = v
+      w.t = w.t + 1                               -- not the cached sum
+      local r = b:reserve()
+      assert.is_true(r == 1, tostring(r))
+    end
+    dict.data[slice] = "x"
+    w.t = w.t - 2                                 -- no time passed
+    assert.equal(1, b:reserve())
+    -- a's counts of this second go to a NaN: refused, deleted
+    a:record(true, 1)
+    for k in pairs(dict.data) do dict.data[k] = nil end
+    local mine = a:dict_key() .. ":"
+      .. require("backoff.budget.common").short(math.floor(w.t))
+    dict.data[mine] = 0 / 0
+    local ok, err = a:withdraw()
+    assert.is_false(ok)
+    assert.matches("corrupt value under key", err, 1, true)
+    assert.is_nil(dict.data[mine])
+    assert.is_true(a:withdraw())
   end)
 end)
 

@@ -27,7 +27,11 @@ local CASES = {
       cost = { NAN, -1, 0.25, "1" },
       earn = { NAN, INF, -0.5, 1001, "6" },
       window = { NAN, INF, 0, 0.5, -3, 2 ^ 21, "200" },
-      throttle_cost = { NAN, INF, -1, 1.5, "9" } } },
+      throttle_cost = { NAN, INF, -1, 1.5, "9" },
+      per_request = { NAN, INF, -INF, -0.01, 1001, "0.08", true },
+      per_failure = { NAN, INF, -2, 1000.5, "2", {} },
+      span = { NAN, INF, -1, 2.5, 3601, "10" },
+      clock = { 5, "now", {}, true } } },
   { ctor = budget.ratio, name = "backoff.budget.ratio", opts = {
       ttl = { NAN, INF, 0, 0.5, 61, -10, "10" },
       percent = { NAN, INF, -1, 0.001, 100001, "20" },
@@ -87,11 +91,20 @@ describe("budget constructors refuse bad options", function()
     end)
   end
 
-  it("recommended takes shared and key only", function()
+  it("recommended takes shared, key and clock only", function()
     local ok, err = pcall(budget.recommended, { capacity = 3 })
     assert.is_false(ok)
     assert.matches("backoff.budget.recommended: unknown option 'capacity'",
                    err, 1, true)
+    for _, o in ipairs { { span = 0 }, { per_request = 1 } } do
+      ok = pcall(budget.recommended, o)
+      assert.is_false(ok)
+    end
+    ok, err = pcall(budget.recommended, { clock = 5 })
+    assert.is_false(ok)
+    assert.matches("backoff.budget.recommended: option 'clock' must be a "
+                   .. "function", err, 1, true)
+    assert.is_true(pcall(budget.recommended, { clock = clock }))
     ok, err = pcall(budget.recommended, 7)
     assert.is_false(ok)
     assert.matches("options must be a table (got number)", err, 1, true)

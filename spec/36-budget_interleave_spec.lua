@@ -79,6 +79,70 @@ describe("shared earned (the recommended rule) under interleavings",
   end)
 end)
 
+describe("shared recommended: the reserve under interleavings", function()
+  it("grants a dead upstream at most the reserve of all the counts; "
+     .. "the counts are exact once flushed", function()
+    local refused = 0
+    for seed = 1, 100 do
+      local dict = new_dict()
+      local t = 100.5
+      local clk = function() return t end
+      local objs = {}
+      for w = 1, 3 do
+        objs[w] = budget.recommended { shared = dict, clock = clk }
+      end
+      local key = objs[1]:dict_key()
+      -- what the workers counted: requests, and failures a success ended
+      local requests, ended, granted = 0, 0, 0
+      local fails = { 0, 0, 0 }
+      local function reserve()
+        return math.min(8, math.max(1, 0.08 * requests + 2 * ended))
+      end
+      -- half failing, nothing withdrawn: the counter stays full
+      interleave(seed, dict, 3, function(w, rand)
+        for _ = 1, 12 do
+          t = t + 0.01 * rand(10)
+          local ok = rand(2) == 1
+          requests = requests + 1
+          objs[w]:record(ok, 1)
+          -- a run counts at most 4 failures (4 x 2 = the capacity)
+          if ok then ended, fails[w] = ended + math.min(4, fails[w]), 0
+          else fails[w] = fails[w] + 1 end
+        end
+      end, function() end)
+      -- dead: nothing is earned, no run ends; every count stays within
+      -- the 10 s span, so no worker's R is above the reserve of all the
+      -- counts made so far
+      interleave(seed + 1000, dict, 3, function(w, rand)
+        for _ = 1, 10 do
+          t = t + 0.01 * rand(10)
+          requests = requests + 1
+          objs[w]:record(false, 1)
+          if objs[w]:withdraw() then
+            granted = granted + 1
+            objs[w]:record(false, 2)
+          else
+            refused = refused + 1
+          end
+        end
+      end, function()
+        assert(t < 110, "the span")
+        assert(granted <= math.floor(reserve() + 1e-9), "overdrawn")
+      end)
+      -- a withdrawal flushes: then the slices hold every count exactly
+      for w = 1, 3 do objs[w]:withdraw() end
+      local sum = 0
+      for k, v in pairs(dict.data) do
+        if k ~= key then sum = sum + v end
+      end
+      assert.equal(80 * requests + 2000 * ended, sum)
+      local v = dict.data[key] or 8000
+      assert.is_true(v <= 8000 and v >= -2 * 6000, "at rest: " .. v)
+    end
+    assert.is_true(refused > 0)
+  end)
+end)
+
 describe("shared grpc under interleavings", function()
   -- a success's take-back computed before other workers' failures can
   -- leave a debt below 0 (later successes repay it): at most one

@@ -171,7 +171,14 @@ end)
 describe("the runner with the budget kinds", function()
   it("the recommended budget stops retrying a dead upstream after its "
      .. "reserve", function()
-    local b = budget.recommended()
+    local t = 0
+    local b = budget.recommended { clock = function() return t end }
+    local p0 = backoff.constant { delay = 0, max_attempts = 5 }
+    for _ = 1, 200 do                     -- 20 requests/s: a reserve of 8
+      t = t + 0.05
+      backoff.retry(p0, flaky(0), { budget = b })
+    end
+    assert.equal(8, b:reserve())
     local calls = 0
     local dead = function()
       calls = calls + 1
@@ -192,11 +199,37 @@ describe("the runner with the budget kinds", function()
     assert.is_true(b:tokens() > 0)
   end)
 
+  it("the recommended budget gives a slow client's dead upstream 8% of "
+     .. "its requests", function()
+    local t = 0
+    local b = budget.recommended { clock = function() return t end }
+    local p = backoff.constant { delay = 0, max_attempts = 5 }
+    for _ = 1, 60 do                      -- 5 requests/s: a reserve of 4
+      t = t + 0.2
+      backoff.retry(p, flaky(0), { budget = b })
+    end
+    local calls = 0
+    local dead = function()
+      calls = calls + 1
+      return nil, "dead"
+    end
+    for _ = 1, 50 do                      -- 10 s, dead
+      t = t + 0.2
+      backoff.retry(p, dead, { budget = b, sleep = nosleep })
+    end
+    assert.equal(50 + 4, calls)           -- 0.08 x 50 requests: 4 retries
+  end)
+
   it("a retry after a hint (the server said it is overloaded) costs the "
      .. "budget's throttle_cost: the recommended budget never makes it",
      function()
-    local b = budget.recommended()
+    local t = 0
+    local b = budget.recommended { clock = function() return t end }
     local p = backoff.constant { delay = 0 }
+    for _ = 1, 200 do                     -- 20 requests/s: a reserve of 8
+      t = t + 0.05
+      backoff.retry(p, flaky(0), { budget = b })
+    end
     local r = { backoff.retry(p, flaky(3), { budget = b, sleep = nosleep,
       retry_after = function(err) return err == "e1" and 0 or nil end }) }
     assert.same({ nil, "e1", "budget" }, r)

@@ -35,7 +35,7 @@ function M.ratio(opts) return (ratio.new(opts, 3)) end
 function M.adaptive(opts) return (adaptive.new(opts, 3)) end
 
 -- The recommended setting (doc/budget.md, "The recommended setting"):
--- earned{} with its defaults; opts: shared, key only.
+-- earned{} with its defaults; opts: shared, key and clock only.
 local REC = "backoff.budget.recommended"
 function M.recommended(opts)
   if opts ~= nil then
@@ -44,9 +44,10 @@ function M.recommended(opts)
             2)
     end
     for k in pairs(opts) do
-      if k ~= "shared" and k ~= "key" then
+      if k ~= "shared" and k ~= "key" and k ~= "clock" then
         error(REC .. ": unknown option " .. C.repr(k) .. " (it takes "
-              .. "shared and key; tune backoff.budget.earned instead)", 2)
+              .. "shared, key and clock; tune backoff.budget.earned "
+              .. "instead)", 2)
       end
     end
   end

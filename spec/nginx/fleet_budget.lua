@@ -67,8 +67,12 @@ local KINDS = {
     what = "token bucket (20 tokens, cost 5): 4 retries, then none" },
   { kind = "grpc", full = 10, dead_retries = 3, raw = { -3 * 1000, 10000 },
     what = "gRPC A6 (10 tokens, ratio 1): retries while tokens > 5" },
-  { kind = "rec", full = 8, dead_retries = 8, raw = { -3 * 6000, 8000 },
-    what = "recommended: 8 retries against a dead upstream, then none" },
+  -- the recommended reserve is 8% of the requests of the last 10 s (at
+  -- least 1, at most 8): which worker's counts another sees depends on
+  -- the timing, so its decisions are checked against bounds
+  { kind = "rec", reserve = true, raw = { -3 * 6000, 8000 },
+    what = "recommended: at least 1 retry against a dead upstream, at "
+      .. "most 8% of the requests (48 healthy + 10 dead calls: 4)" },
   { kind = "ratio", what = "ratio (10% of requests over 60 s + 6)" },
   { kind = "sre", what = "SRE adaptive (k 2 over 60 s)" },
 }
@@ -80,11 +84,15 @@ local function kind_checks(K)
   mode("healthy")
   local a = calls(kind, 48, 16)
   local s = state(kind)
+  -- a full budget: its whole capacity, or (rec) its whole reserve
+  local function full(st)
+    if K.reserve then return st.tokens == st.reserve end
+    return not K.full or st.tokens == K.full
+  end
   check(count(a, "ok", "1") == 48 and s.attempts == 48 and s.refused == 0
-    and (not K.full or s.tokens == K.full),
-    kind .. ", healthy: 48 calls, 48 attempts, full budget",
-    ("ok %d, attempts %s, tokens %s"):format(count(a, "ok", "1"),
-      s.attempts, s.tokens))
+    and full(s), kind .. ", healthy: 48 calls, 48 attempts, full budget",
+    ("ok %d, attempts %s, tokens %s, reserve %s"):format(count(a, "ok", "1"),
+      s.attempts, s.tokens, tostring(s.reserve)))
 
   -- dead, one call at a time: the rule's exact decisions
   mode("dead")
@@ -97,6 +105,11 @@ local function kind_checks(K)
   if K.dead_retries then
     check(retries == K.dead_retries, kind .. ", dead, one at a time: "
       .. K.what, ("%d retries, tokens %s"):format(retries, s.tokens))
+  elseif K.reserve then
+    check(retries >= 1 and retries <= math.floor(0.08 * 58),
+      kind .. ", dead, one at a time: " .. K.what,
+      ("%d retries, tokens %s, reserve %s"):format(retries, s.tokens,
+        s.reserve))
   elseif kind == "ratio" then
     -- reserve 0.1/s x 60 s = 6 retries, and 10% of the 58 requests
     check(retries >= 6 and retries <= 6 + 5.8, kind .. ", dead, one at "
@@ -122,6 +135,13 @@ local function kind_checks(K)
       .. "calls: the empty budget grants no retry",
       ("%d retries, %d refused, %d workers"):format(extra, s.refused,
         workers))
+  elseif K.reserve then
+    -- 118 requests in all: the reserve grows to its cap, 8, and nothing
+    -- is earned
+    check(retries + extra <= 8 and s.refused >= 60, kind .. ", dead, 60 "
+      .. "concurrent calls: no more retries than the reserve's cap, 8, "
+      .. "since the upstream died", ("%d + %d retries, %d refused, %d "
+      .. "workers"):format(retries, extra, s.refused, workers))
   elseif kind == "ratio" then
     check(retries + extra <= 6 + 0.1 * (48 + 10 + 60) + 1e-9,
       kind .. ", dead, 60 concurrent calls: retries within the reserve "
@@ -142,9 +162,10 @@ local function kind_checks(K)
   mode("healthy")
   a = calls(kind, 40, 20)
   s = state(kind)
-  check(count(a, "ok", "1") == 40 and (not K.full or s.tokens == K.full),
+  check(count(a, "ok", "1") == 40 and full(s),
     kind .. ", healthy again: every call succeeds, the budget refills",
-    ("ok %d, tokens %s"):format(count(a, "ok", "1"), s.tokens))
+    ("ok %d, tokens %s, reserve %s"):format(count(a, "ok", "1"), s.tokens,
+      tostring(s.reserve)))
 
   -- half failing, concurrent: retries succeed half the time
   mode("half")
@@ -163,7 +184,8 @@ local function kind_checks(K)
   -- at rest: the raw counter within its documented bounds, every
   -- value in the dict an exact integer
   if K.raw then
-    local raw = tonumber(s.raw) or K.full * (kind == "token" and 1 or 1000)
+    local raw = tonumber(s.raw) or (K.full or 8) * (kind == "token" and 1
+                                                     or 1000)
     check(raw >= K.raw[1] and raw <= K.raw[2], kind .. ": the shared "
       .. "counter at rest is within its bounds",
       ("raw %s in [%d, %d]"):format(tostring(s.raw), K.raw[1], K.raw[2]))

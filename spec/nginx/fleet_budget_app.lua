@@ -89,6 +89,9 @@ function app.state()
     ngx.say(k, "=", s:get(kind .. ":" .. k) or 0)
   end
   ngx.say("tokens=", bud:tokens())
+  if budget.kind(bud) == "earned" then
+    ngx.say("reserve=", bud:reserve())
+  end
   if bud.dict_key then
     ngx.say("raw=", tostring(ngx.shared.budgets:get(bud:dict_key())))
   end
