@@ -9,14 +9,7 @@ local backoff = require "backoff"
 local budget = require "backoff.budget"
 local new_dict = dofile("spec/budget_dict.lua")
 
--- Park-Miller: exact in doubles, so the same stream on every Lua
-local function lcg(seed)
-  local x = seed % 2147483646 + 1
-  return function(n)
-    x = x * 48271 % 2147483647
-    return x % n + 1
-  end
-end
+local lcg = require("spec.helpers").park_miller  -- the same stream on every Lua
 
 local function both(make)       -- in-process and shared
   return { { "in-process", function(o) return make(o) end },

@@ -9,14 +9,7 @@
 local budget = require "backoff.budget"
 local new_dict = dofile("spec/budget_dict.lua")
 
--- Park-Miller: the same stream on every Lua
-local function rng(seed)
-  local x = seed % 2147483646 + 1
-  return function(n)
-    x = x * 48271 % 2147483647
-    return x % n + 1
-  end
-end
+local rng = require("spec.helpers").park_miller  -- the same stream on every Lua
 
 -- run `workers` coroutines; body(worker, rand) does the work; after each
 -- step check() runs.  Returns when every worker is done.

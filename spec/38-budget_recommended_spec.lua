@@ -6,14 +6,7 @@
 local budget = require "backoff.budget"
 local new_dict = dofile("spec/budget_dict.lua")
 
--- Park-Miller: the same stream on every Lua
-local function rng(seed)
-  local x = seed % 2147483646 + 1
-  return function(n)
-    x = x * 48271 % 2147483647
-    return x % n + 1
-  end
-end
+local rng = require("spec.helpers").park_miller  -- the same stream on every Lua
 
 -- a clock the specs move by hand
 local function clock(t0)

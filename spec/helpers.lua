@@ -66,4 +66,14 @@ function helpers.dump(t)
   return "{" .. table.concat(keys, ", ") .. "}"
 end
 
+-- Park-Miller's generator: exact in doubles, so the same stream on every
+-- Lua.  helpers.park_miller(seed) -> rand(n), an integer from 1 to n.
+function helpers.park_miller(seed)
+  local x = seed % 2147483646 + 1
+  return function(n)
+    x = x * 48271 % 2147483647
+    return x % n + 1
+  end
+end
+
 return helpers
