@@ -172,6 +172,21 @@ function C.self_check(self, mt, method, level)
 end
 
 -- thousandths -> the number (an integer when whole, on every Lua)
+-- The slice of now for a kind with a window: floor(clock() / len),
+-- never below `last` (a clock that goes back counts as no time
+-- passed).  A clock returning anything but a finite number raises at
+-- `level` (counted from here).
+function C.slice_of(ctor, clock, len, last, level)
+  local now = clock()
+  if type(now) ~= "number" or now ~= now or now == huge or now == -huge then
+    error(ctor .. ": option 'clock' returned " .. repr(now)
+          .. " (a finite number expected)", level)
+  end
+  local i = floor(now / len)
+  if last and i < last then i = last end
+  return i
+end
+
 function C.from_milli(v)
   local x = v / 1000
   if x == floor(x) then return floor(x) end

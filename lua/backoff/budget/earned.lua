@@ -57,9 +57,8 @@
 local C = require "backoff.budget.common"
 local core = require "backoff.core"
 
-local error, floor, getmetatable, rawget, setmetatable, type =
-      error, math.floor, getmetatable, rawget, setmetatable, type
-local huge = math.huge
+local floor, getmetatable, rawget, setmetatable, type =
+      math.floor, getmetatable, rawget, setmetatable, type
 local add, take, read, from_milli = C.add, C.take, C.read, C.from_milli
 local short = C.short
 
@@ -86,16 +85,10 @@ local function ok_count(v)
 end
 
 -- the slice of now, never before the last one used (a clock that goes
--- back counts as no time passed)
+-- back counts as no time passed; a bad clock raises at the caller of
+-- the method, 3 levels up from here)
 local function slice_now(self)
-  local now = self.clock()
-  if type(now) ~= "number" or now ~= now or now == huge or now == -huge then
-    error(self.ctor .. ": option 'clock' returned " .. C.repr(now)
-          .. " (a finite number expected)", 4)
-  end
-  local i = floor(now / self.len)
-  local last = self.pi
-  if last and i < last then i = last end
+  local i = C.slice_of(self.ctor, self.clock, self.len, self.pi, 5)
   return i
 end
 

@@ -13,22 +13,15 @@
 
 local C = require "backoff.budget.common"
 
-local error, floor, ipairs, pairs, setmetatable, type =
-      error, math.floor, ipairs, pairs, setmetatable, type
-local huge = math.huge
+local floor, ipairs, pairs, setmetatable, type =
+      math.floor, ipairs, pairs, setmetatable, type
 
 local W = {}
 
--- the slice number of now, never lower than one already used
+-- the slice number of now, never lower than one already used (a bad
+-- clock raises at the caller of the method, 3 levels up from here)
 local function slice_of(self)
-  local now = self.clock()
-  if type(now) ~= "number" or now ~= now or now == huge or now == -huge then
-    error(self.ctor .. ": option 'clock' returned " .. C.repr(now)
-          .. " (a finite number expected)", 4)
-  end
-  local i = floor(now / self.len)
-  local last = self.last
-  if last and i < last then i = last end
+  local i = C.slice_of(self.ctor, self.clock, self.len, self.last, 5)
   return i
 end
 
