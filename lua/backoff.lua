@@ -136,6 +136,7 @@ end
 -- fn may be a function or a callable object; v[name] callable
 local util = require "backoff.util"
 local callable, has_method = util.callable, util.has_method
+local budget_cost = util.budget_cost
 
 -- ropts keys and the type each must have
 local retry_options = {
@@ -220,14 +221,6 @@ local function facts_of(b)
           eager = c.random ~= nil }
   end
   return f
-end
-
--- a budget's cost per retry: its cost() method or cost field, if any
-local function cost_of(bud)
-  local c = bud.cost
-  if type(c) == "function" then return c(bud) end
-  if type(c) == "number" then return c end
-  return nil
 end
 
 -- The end of a run, for ropts.metrics, on_success and on_giveup
@@ -377,7 +370,7 @@ local function first_failure(policy, b, f, t0, fn, ropts, timeout, err)
     st.reference, mat = ropts.reference_delays, ropts.min_attempt_time
     local bud = ropts.budget
     if bud ~= nil then
-      st.bud, st.cost, st.retry_cost = bud, cost_of(bud), ropts.retry_cost
+      st.bud, st.cost, st.retry_cost = bud, budget_cost(bud), ropts.retry_cost
       st.record = bud.record ~= nil
       if bud.throttle_cost then st.throttle = bud:throttle_cost() end
     end

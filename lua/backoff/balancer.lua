@@ -82,7 +82,8 @@ local function bad(msg, v)
   error("backoff.balancer: " .. msg .. " (got " .. repr(v) .. ")", 4)
 end
 
-local has_method = require("backoff.util").has_method
+local util = require "backoff.util"
+local has_method, budget_cost = util.has_method, util.budget_cost
 
 local function check_opts(opts)
   if opts == nil then return end
@@ -153,14 +154,6 @@ local function set_timeouts(timeout, factors)
   end
   local ok, err = nb.set_timeouts(one("connect"), one("send"), one("read"))
   if not ok then error("backoff.balancer: set_timeouts: " .. tostring(err)) end
-end
-
--- a budget's cost per retry: its cost() method or cost field, if any
-local function cost_of(bud)
-  local c = bud.cost
-  if type(c) == "function" then return c(bud) end
-  if type(c) == "number" then return c end
-  return nil
 end
 
 -- would bud:withdraw(cost) succeed now?  allows() when the budget has
@@ -254,7 +247,7 @@ local function balancer(policy, opts)
            min_attempt = max(rawget(opts, "min_attempt_time")
                              or l.min_attempt or 0,
                              0.001) }
-    if bud then st.cost = cost_of(bud) end
+    if bud then st.cost = budget_cost(bud) end
     ctx[key] = st
     timeout, delay = st.b:timeout(), 0
   else

@@ -25,4 +25,13 @@ function M.has_method(v, name)
   return ok and callable(m)
 end
 
+-- a budget's cost per retry: its cost() method or cost field, if any
+-- (nil: withdraw's own default)
+function M.budget_cost(bud)
+  local c = bud.cost
+  if type(c) == "function" then return c(bud) end
+  if type(c) == "number" then return c end
+  return nil
+end
+
 return M
