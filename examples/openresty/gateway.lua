@@ -18,15 +18,9 @@ function M.init()
     jitter = "full", max_attempts = 4, max_actual_duration = 3,
     adjust_timeout_factor = 0.5, min_adjust_timeout = 0.2 }
   -- the fleet setting: one retry budget for every worker of the host
-  local ok, recommended = pcall(function()
-    return backoff.budget.recommended
-  end)
-  if not ok or type(recommended) ~= "function" then
-    error("examples/openresty: backoff.budget.recommended is missing; "
-          .. "this example needs the budget kinds of issue 18 (merged "
-          .. "beside backoff.http)")
-  end
-  budget = recommended { shared = ngx.shared.retry_budget }
+  -- (a retry after a 503 with Retry-After costs more than its reserve:
+  -- the recommended setting does not retry a server that asks to wait)
+  budget = backoff.budget.recommended { shared = ngx.shared.retry_budget }
   counters = metrics.new("api", { shared = ngx.shared.backoff_metrics })
 end
 
