@@ -102,7 +102,7 @@ local cases = {
     end },
 }
 
--- The happy path and allocation rows (issue 10), each divided by a
+-- The happy path and allocation rows, each divided by a
 -- same-process baseline of the same loop shape.  fn succeeds at once
 -- (it counts its calls, so that no JIT can fold it away).
 -- The hand loop is what a user would write instead of backoff.retry;
@@ -150,7 +150,7 @@ cases[#cases + 1] = { key = "ctor", div = R, function(n)
     for _ = 1, n do sink = backoff.exponential(CTOR) end
   end }
 
--- issue 10's targets: row, baseline, target on 5.4, target on LuaJIT
+-- the targets: row, baseline, target on 5.4, target on LuaJIT
 -- (nil: no target on that VM)
 local ratios = {
   { "backoff.retry(b, fn), fn succeeds", "retry", "pcall(fn)", "pcall",

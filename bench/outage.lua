@@ -47,7 +47,7 @@
 --
 -- --svg build/outage.svg writes build/outage-<event>.svg, one chart
 -- file per kind of event.  --check exits 1 when the recommended setting
--- misses a target of issue 18 (listed at the end of the output).
+-- misses one of its targets (listed at the end of the output).
 -- Seeded: the same figures on every run and every Lua.
 local here = arg[0]:match("^(.-)[^/]*$")
 local model = dofile(here .. "outage_model.lua")
@@ -168,7 +168,7 @@ local function run_matrix(params, settings, kinds)
   return results
 end
 
--- The targets of issue 18, for the recommended setting (per process
+-- The targets for the recommended setting (per process
 -- against the per-process token bucket, per host against the host's).
 -- Each measurement: { rid, target, value, ok, what [, ref_overloaded] }:
 -- ref_overloaded, for the overload, when no retries overloads as well;
