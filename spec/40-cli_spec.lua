@@ -144,4 +144,14 @@ describe("backoff-delays", function()
     assert.equal(0, status)
     assert.matches("usage: backoff%-delays", out)
   end)
+
+  it("names in its usage line every part of the documented syntax",
+    function()
+      -- the usage: everything before the first blank line
+      local usage = cli.usage:match("^usage: (.-)\n\n"):gsub("%s+", " ")
+      for _, part in ipairs { "-a STRATEGY", "[--OPTION VALUE ...]",
+                              "[--random LIST]", "[--chart]", "OUTCOME..." } do
+        assert.truthy(usage:find(part, 1, true), part)
+      end
+    end)
 end)

@@ -5,7 +5,8 @@ local backoff = require "backoff"
 local cli = {}
 
 cli.usage = [[
-usage: backoff-delays -a STRATEGY [--OPTION VALUE ...] [--chart] OUTCOME...
+usage: backoff-delays -a STRATEGY [--OPTION VALUE ...] [--random LIST]
+                      [--chart] OUTCOME...
 
 Prints one line per outcome: the delay (and the timeout when per-attempt
 timeouts are on), or "give up (REASON)".
