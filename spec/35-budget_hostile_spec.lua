@@ -299,3 +299,21 @@ describe("a misbehaving clock or draw", function()
     end
   end)
 end)
+
+describe("a foreign number in range under a shared key", function()
+  -- within +-2^50 a slice cannot be told from counts in flight, but a
+  -- count of requests or accepts is never negative
+  it("gives adaptive counts() that are never negative", function()
+    for _, v in ipairs { -1, -1e15, -0.0 } do
+      local d = new_dict()
+      local b = budget.adaptive { shared = d, clock = clock, random = draw }
+      b:record(true, 1)
+      for k in pairs(d.data) do d.data[k] = v end
+      local r, a = b:counts()
+      assert.is_true(r >= 0 and 1 / r > 0, tostring(r))
+      assert.is_true(a >= 0 and 1 / a > 0, tostring(a))
+      local t = b:tokens()
+      assert.is_true(t >= 0 and t <= 1, tostring(t))
+    end
+  end)
+end)
