@@ -298,8 +298,12 @@ local function with_max_hint(policy, max_hint)
     c = {}
     for k, v in next, policy do c[k] = v end
   end
+  -- a bad max_hint of a policy table stays, for backoff.new to refuse
   local own = c.max_hint
-  if type(own) ~= "number" or own > max_hint then c.max_hint = max_hint end
+  if own == nil or type(own) == "number" and own > max_hint
+     and own < 1 / 0 then
+    c.max_hint = max_hint
+  end
   local ok, b = pcall(backoff.new, c.strategy, c)
   if not ok then error(b, 0) end
   local facts = false
