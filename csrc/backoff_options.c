@@ -283,7 +283,9 @@ static int retries_of(int range, const backoff_value *v, uint64_t *out) {
       *out = 0;
       return 0;
     }
-    n = (uint64_t)v->number;
+    /* saturating, as count_of: a double of 2^64 or more has no uint64_t */
+    n = v->number >= 18446744073709551615.0 ? UINT64_MAX
+                                             : (uint64_t)v->number;
   }
   *out = n == UINT64_MAX ? UINT64_MAX : n + 1;
   return 0;

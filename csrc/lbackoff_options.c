@@ -240,8 +240,11 @@ static int push_option(lua_State *L, const lbackoff_object *o, int i) {
       lua_pushnumber(L, (lua_Number)d);
       return 1;
     case BACKOFF_K_RETRIES:     /* N retries: an integer, or -1 */
-      lua_pushinteger(L, (lua_Integer)backoff_retries(i,
-                        *(const uint64_t *)at));
+      d = backoff_retries(i, *(const uint64_t *)at);
+      if (d <= 9007199254740992.0)  /* exact: an integer on every Lua */
+        lua_pushinteger(L, (lua_Integer)d);
+      else                          /* beyond lua_Integer on 5.3+ too */
+        lua_pushnumber(L, (lua_Number)d);
       return 1;
     case BACKOFF_K_TYPE:
       lua_pushstring(L, backoff_type_name(*(const unsigned char *)at));

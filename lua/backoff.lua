@@ -230,7 +230,12 @@ local function succeeded(ropts, attempts, hints, t0, b)
   local m = ropts.metrics
   if m then m:run(true, attempts, nil, hints) end
   local f = ropts.on_success
-  if f then f(attempts, core_now(b) - t0) end
+  if f then
+    -- a clock that went back: no time passed (as b:elapsed counts it)
+    local elapsed = core_now(b) - t0
+    if elapsed < 0 then elapsed = 0 end
+    f(attempts, elapsed)
+  end
 end
 
 local function gave_up(ropts, err, reason, attempts, hints)

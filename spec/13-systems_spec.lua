@@ -198,6 +198,21 @@ describe("eventsauce (EventSauce BackOff)", function()
       run(backoff.eventsauce { backoff_type = "immediately_failing" }, 1))
   end)
 
+  -- max_tries of 2^63 and more were converted to 64-bit integers out of
+  -- range: 2^64 gave up at once, 2^63 showed -2^63 in config()
+  it("a huge max_tries saturates, and config() rebuilds it", function()
+    for _, v in ipairs { 2 ^ 53, 2 ^ 63, 2 ^ 64, 1e300 } do
+      local b = backoff.eventsauce { initial_delay = 0.1, max_tries = v,
+                                     max_delay = 1 }
+      near({ 100, 200, 400 }, run(b, 3))
+      local c = b:config()
+      assert.is_true(c.max_tries >= 2 ^ 53, tostring(c.max_tries))
+      local r = backoff.new("eventsauce", c)
+      assert.equal(c.max_tries, r:config().max_tries)
+      near({ 100, 200, 400 }, run(r, 3))
+    end
+  end)
+
   it("refuses what EventSauce would turn into nonsense, by name", function()
     for opts, text in pairs {
       [{ initial_delay = 0.1 }] = "missing required option 'max_tries'",

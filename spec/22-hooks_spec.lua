@@ -69,6 +69,23 @@ describe("backoff.retry's on_success", function()
   end)
 end)
 
+describe("backoff.retry's on_success elapsed", function()
+  -- a clock that steps back counts as no time passed, as b:elapsed does
+  it("is never negative when the policy's clock goes back", function()
+    for _, duration in ipairs { 0, 100 } do
+      for _, fails in ipairs { 0, 1 } do
+        local w, log = world(), {}
+        local p = backoff.constant { delay = 0, clock = w.clock,
+          max_actual_duration = duration }
+        backoff.retry(p, flaky(w, fails, -10), hooks(log, {
+          sleep = function() end }))
+        assert.equal("success", log[1][1])
+        assert.equal(0, log[1][3])
+      end
+    end
+  end)
+end)
+
 describe("backoff.retry's on_giveup", function()
   it("gets the last error, the reason and the attempts", function()
     local w = world()

@@ -186,6 +186,37 @@ describe("backoff.balancer", function()
         assert.equal(0, calls.more)
       end)
 
+    -- the refused try never reached a peer: the budget was told of the
+    -- last try's failure when the refused one came, and done() must not
+    -- tell it again, nor count the refused try as an attempt
+    it("records and counts a refused try's request once", function()
+      local p = backoff.constant { delay = 0, max_attempts = 1 }
+      local bud = logging_budget(100, 5)
+      local m = metrics.new("refused", { shared = false })
+      local opts = { budget = bud, metrics = m }
+      balancer(p, opts)
+      assert.same({ nil, "max_attempts" }, { balancer(p, opts) })
+      log_phase(502)
+      balancer.done(opts)
+      local records = {}
+      for _, e in ipairs(bud.log) do
+        if e[1] == "record" then records[#records + 1] = e end
+      end
+      assert.same({ { "record", false, 1 } }, records)
+      local c = m:counts()
+      assert.same({ 1, 0, { max_attempts = 1 } },
+                  { c.attempts, c.retries, c.giveups })
+      -- a grpc budget loses one token for the one failure, not two
+      new_request()
+      local g = budget.grpc { max_tokens = 10 }
+      opts = { budget = g }
+      balancer(p, opts)
+      balancer(p, opts)
+      log_phase(502)
+      balancer.done(opts)
+      assert.equal(9, g:tokens())
+    end)
+
     it("raises when set_more_tries fails", function()
       more_tries_result = { nil, "no upstream found" }
       assert.error_matches(function()

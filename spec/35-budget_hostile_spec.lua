@@ -258,4 +258,62 @@ describe("a misbehaving clock or draw", function()
       assert.matches("option 'random' returned", err, 1, true)
     end
   end)
+
+  -- a finite clock far from 0 made floor(now / slice) a float whose + 1
+  -- is itself: the loops over the window's slices never ended
+  it("far from 0 (2^53, 1e308, -1e308) neither hangs nor gives NaN",
+     function()
+    local kinds = {
+      function(c, d) return budget.ratio { clock = c, shared = d } end,
+      function(c, d) return budget.adaptive { clock = c, shared = d,
+                                              random = draw } end,
+      function(c, d) return budget.earned { clock = c, shared = d } end,
+    }
+    for _, v in ipairs { 2 ^ 53, 2 ^ 60, 1e308, -1e308, -2 ^ 63 } do
+      local now = 0
+      for _, make in ipairs(kinds) do
+        for _, d in ipairs { false, true } do
+          local b = make(function() return now end, d and new_dict() or nil)
+          b:record(true, 1)
+          now = v
+          -- a count hook turns a hang into an error (compiled LuaJIT
+          -- code ignores hooks: run it interpreted)
+          if jit then jit.off() jit.flush() end
+          debug.sethook(function() error("hung") end, "", 1e7)
+          local ok, err = pcall(function()
+            b:record(false, 1)
+            b:withdraw()
+            b:allows()
+            b:deposit()
+            b:record(true, 2)
+            now = v + 1e6
+            return b:tokens()
+          end)
+          debug.sethook()
+          if jit then jit.on() end
+          assert.is_true(ok, tostring(v) .. ": " .. tostring(err))
+          assert.is_true(err >= 0 and err < INF, tostring(v))
+          now = 0
+        end
+      end
+    end
+  end)
+end)
+
+describe("a foreign number in range under a shared key", function()
+  -- within +-2^50 a slice cannot be told from counts in flight, but a
+  -- count of requests or accepts is never negative
+  it("gives adaptive counts() that are never negative", function()
+    for _, v in ipairs { -1, -1e15, -0.0 } do
+      local d = new_dict()
+      local b = budget.adaptive { shared = d, clock = clock, random = draw }
+      b:record(true, 1)
+      for k in pairs(d.data) do d.data[k] = v end
+      local r, a = b:counts()
+      assert.is_true(r >= 0 and 1 / r > 0, tostring(r))
+      assert.is_true(a >= 0 and 1 / a > 0, tostring(a))
+      local t = b:tokens()
+      assert.is_true(t >= 0 and t <= 1, tostring(t))
+    end
+  end)
 end)

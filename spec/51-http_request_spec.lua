@@ -324,6 +324,14 @@ describe("backoff.http.request", function()
         { { {}, fn }, "policy table needs a 'strategy' field" },
         { { { strategy = "constant" }, fn }, "missing required option "
           .. "'delay'" },
+        -- a policy table's own max_hint is checked as backoff.retry
+        -- checks it, not replaced by opts.max_hint
+        { { { strategy = "constant", delay = 0, max_hint = "5" }, fn },
+          "backoff.constant: option 'max_hint' must be a finite number" },
+        { { { strategy = "constant", delay = 0, max_hint = true }, fn },
+          "backoff.constant: option 'max_hint' must be a finite number" },
+        { { { strategy = "constant", delay = 0, max_hint = 1 / 0 }, fn },
+          "backoff.constant: option 'max_hint' must be a finite number" },
         { { p, 5 }, "bad argument #2 to 'request' (a function expected" },
         { { p, fn, 5 }, "bad argument #3 to 'request' (table or nil" },
         { { p, fn, { nope = 1 } }, "backoff.http.request: unknown option "

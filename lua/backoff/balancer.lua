@@ -216,7 +216,10 @@ local function retry(st, bud)
       reason = "budget"
     end
     if reason then
-      st.reason, st.stop = reason, reason
+      -- this try is not made: the tries made are as before, and the
+      -- last one's failure was recorded above (done must not again)
+      st.attempt = st.attempt - 1
+      st.reason, st.stop, st.recorded = reason, reason, true
       return nil, reason
     end
     st.paid = bud and st.cost
@@ -299,7 +302,7 @@ function M.done(opts, ok)
     end
     return
   end
-  if bud then
+  if bud and not st.recorded then
     if bud.record then
       record(bud, ok, st)
     elseif ok and st.paid ~= 0 then -- the legacy rule: deposit on success

@@ -139,14 +139,18 @@ local function factors_problem(f)
   return nil
 end
 
--- the table handed to do_request; factors already checked
+-- the table handed to do_request; factors already checked.  At most
+-- 2^53 ms: a huge timeout x 1000 would overflow to inf.
+local MAX_MS = 2 ^ 53
 local function make_timeouts(timeout, f)
   f = f or SIDES
   local function ms(side)
     local x = rawget(f, side)
     if x == false then return nil end
     if x == nil or x == true then x = 1 end
-    return max(1, floor(timeout * x * 1000))
+    local v = timeout * x * 1000
+    if v >= MAX_MS then return MAX_MS end
+    return max(1, floor(v))
   end
   return { connect = ms("connect"), send = ms("send"), read = ms("read"),
            timeout = timeout }
@@ -294,8 +298,12 @@ local function with_max_hint(policy, max_hint)
     c = {}
     for k, v in next, policy do c[k] = v end
   end
+  -- a bad max_hint of a policy table stays, for backoff.new to refuse
   local own = c.max_hint
-  if type(own) ~= "number" or own > max_hint then c.max_hint = max_hint end
+  if own == nil or type(own) == "number" and own > max_hint
+     and own < 1 / 0 then
+    c.max_hint = max_hint
+  end
   local ok, b = pcall(backoff.new, c.strategy, c)
   if not ok then error(b, 0) end
   local facts = false

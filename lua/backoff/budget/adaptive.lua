@@ -120,10 +120,16 @@ function Adaptive:tokens()
   return 1 - p
 end
 
--- bud:counts() -> requests, accepts over the window
+-- bud:counts() -> requests, accepts over the window (a foreign number
+-- under a slice's key can make a sum negative: 0)
+local function count_of(n)
+  if n == nil or n <= 0 then return 0 end
+  return n
+end
+
 function Adaptive:counts()
   check(self, "counts")
-  return self.win:sum("r") or 0, self.win:sum("a") or 0
+  return count_of(self.win:sum("r")), count_of(self.win:sum("a"))
 end
 
 C.getter(Adaptive, "k", "k_")

@@ -176,6 +176,7 @@ end
 -- never below `last` (a clock that goes back counts as no time
 -- passed).  A clock returning anything but a finite number raises at
 -- `level` (counted from here).
+local SLICE_MAX = 4503599627370496     -- 2^52
 function C.slice_of(ctor, clock, len, last, level)
   local now = clock()
   if type(now) ~= "number" or now ~= now or now == huge or now == -huge then
@@ -183,6 +184,12 @@ function C.slice_of(ctor, clock, len, last, level)
           .. " (a finite number expected)", level)
   end
   local i = floor(now / len)
+  -- beyond 2^52 slices, i + 1 is no longer exact (a float's steps are
+  -- 2 and more; on 5.4 near 2^63 an integer wraps): the loops over the
+  -- window's slices would never end.  Such a clock stays at the edge,
+  -- as no time passing.
+  if i > SLICE_MAX then i = SLICE_MAX elseif i < -SLICE_MAX then
+    i = -SLICE_MAX end
   if last and i < last then i = last end
   return i
 end
