@@ -281,6 +281,17 @@ describe("backoff.balancer", function()
       assert.same({ 0.5, 5 }, { calls.timeouts[1][1], calls.timeouts[1][2] })
       assert.is_nil(calls.timeouts[1][3])
     end)
+
+    -- nginx takes a try's timeouts as a C long of milliseconds: a huge
+    -- deadline or factor must not hand it inf or 10^308 ms
+    it("hands nginx at most 2^31 - 1 ms, never inf", function()
+      now = 0
+      balancer(timed_policy { max_actual_duration = 1e308 },
+               { timeouts = { connect = 1e10 } })
+      for _, v in ipairs(calls.timeouts[1]) do
+        assert.equal((2 ^ 31 - 1) / 1000, v)
+      end
+    end)
   end)
 
   describe("budgets", function()

@@ -100,24 +100,27 @@ describe("backoff.http.timeouts", function()
   end)
 
   -- 1e306 s x 1000 overflowed to inf ms: a policy with a huge
-  -- max_actual_duration handed do_request inf
-  it("never hands out inf: whole milliseconds up to 2^53", function()
+  -- max_actual_duration handed do_request inf; and a cosocket refuses
+  -- more than 2^31 - 1 ms ("bad timeout value")
+  it("hands out whole milliseconds up to 2^31 - 1, never inf", function()
     for _, c in ipairs { { 1e306 }, { 1e300, { connect = 1e10 } },
                          { 2 ^ 53 }, { 1.7976931348623157e308 } } do
       local t = http.timeouts(c[1], c[2])
       for _, side in ipairs { "connect", "send", "read" } do
         local v = t[side]
-        assert.is_true(v >= 1 and v <= 2 ^ 53 and v == math.floor(v),
+        assert.is_true(v >= 1 and v <= 2 ^ 31 - 1 and v == math.floor(v),
                        side .. " " .. tostring(v))
       end
       assert.equal(c[1], t.timeout)
     end
-    assert.equal(2 ^ 53, http.timeouts(1e306).read)
+    assert.equal(2 ^ 31 - 1, http.timeouts(1e306).read)
+    assert.equal(2 ^ 31 - 1, http.timeouts(2 ^ 31 / 1000).read)
+    assert.equal(2 ^ 31 - 2, http.timeouts((2 ^ 31 - 2) / 1000).read)
     local p = backoff.constant { delay = 0, max_attempts = 1,
       max_actual_duration = 1e308, adjust_timeout_factor = 0.5 }
     local got
     http.request(p, function(_, t) got = t return 200 end)
-    assert.equal(2 ^ 53, got.connect)
+    assert.equal(2 ^ 31 - 1, got.connect)
   end)
 
   it("refuses bad arguments by name", function()

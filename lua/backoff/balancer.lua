@@ -36,10 +36,10 @@
 --   * balancer.done counts 499 (client closed) and 408 (client timed
 --     out) as neither success nor failure: nothing recorded or paid.
 
-local error, getmetatable, max, next, rawget, setmetatable, tostring,
-      type =
-      error, getmetatable, math.max, next, rawget, setmetatable, tostring,
-      type
+local error, getmetatable, max, min, next, rawget, setmetatable,
+      tostring, type =
+      error, getmetatable, math.max, math.min, next, rawget, setmetatable,
+      tostring, type
 
 local core = require "backoff.core"
 local repr = core._repr                     -- short, escaped
@@ -143,14 +143,17 @@ local function need_phase(who, want, directive)
 end
 
 -- this try's timeouts: timeout (seconds) times each factor (default 1;
--- false leaves nginx's own); nginx counts in milliseconds, so >= 1 ms
+-- false leaves nginx's own); nginx counts in milliseconds, so >= 1 ms,
+-- and passes them as a C long: at most 2^31 - 1 ms, as cosockets take
+local MAX_TIMEOUT = (2 ^ 31 - 1) / 1000
 local function set_timeouts(timeout, factors)
   if not timeout then return end
   local f = factors or sides
   local function one(side)
     local x = rawget(f, side)
     if x == false then return nil end
-    return max(timeout * (x == nil and 1 or x == true and 1 or x), 0.001)
+    local s = timeout * (x == nil and 1 or x == true and 1 or x)
+    return max(min(s, MAX_TIMEOUT), 0.001)
   end
   local ok, err = nb.set_timeouts(one("connect"), one("send"), one("read"))
   if not ok then error("backoff.balancer: set_timeouts: " .. tostring(err)) end

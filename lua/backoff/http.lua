@@ -140,8 +140,10 @@ local function factors_problem(f)
 end
 
 -- the table handed to do_request; factors already checked.  At most
--- 2^53 ms: a huge timeout x 1000 would overflow to inf.
-local MAX_MS = 2 ^ 53
+-- 2^31 - 1 ms (24.8 days): the most a cosocket's settimeout(s) takes
+-- ("bad timeout value" above it), and a huge timeout x 1000 would
+-- otherwise overflow to inf.
+local MAX_MS = 2 ^ 31 - 1
 local function make_timeouts(timeout, f)
   f = f or SIDES
   local function ms(side)
