@@ -136,7 +136,7 @@ end
 -- fn may be a function or a callable object; v[name] callable
 local util = require "backoff.util"
 local callable, has_method = util.callable, util.has_method
-local budget_cost = util.budget_cost
+local budget_cost, budget_problem = util.budget_cost, util.budget_problem
 
 -- ropts keys and the type each must have
 local retry_options = {
@@ -149,19 +149,9 @@ local retry_options = {
 -- A budget needs withdraw, and record (told of every attempt) or the
 -- legacy deposit (told of successes); raises at level 4, the caller of
 -- the runner.  Checked before fn runs.
-local function check_budget(v, got)
-  local why
-  if got ~= "table" and got ~= "userdata" then
-    why = got
-  elseif got == "userdata" and getmetatable(v) == nil then
-    why = "a userdata without methods"
-  elseif type(v.withdraw) ~= "function" then
-    why = got .. " without a withdraw method"
-  elseif type(v.record) ~= "function" and type(v.deposit) ~= "function" then
-    why = got .. " without a record or deposit method"
-  else
-    return
-  end
+local function check_budget(v)
+  local why = budget_problem(v)
+  if not why then return end
   error("backoff.retry: option 'budget' must be a budget (an object with "
         .. "withdraw, and record or deposit methods; got " .. why .. ")", 4)
 end
@@ -178,7 +168,7 @@ local function check_ropts(ropts)
       error("backoff.retry: unknown option " .. repr(k), 3)
     end
     if want == "budget" then
-      check_budget(v, got)
+      check_budget(v)
     elseif want == "metrics" then
       if not has_method(v, "run") then
         error("backoff.retry: option 'metrics' must be a backoff.metrics "

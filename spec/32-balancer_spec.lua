@@ -481,6 +481,12 @@ describe("backoff.balancer", function()
       { { budget = 5 }, "option 'budget' must be a backoff budget" },
       { { budget = { deposit = print } },
         "option 'budget' must be a backoff budget" },
+      -- balancer.done calls record or deposit: a budget with neither
+      -- failed there with a raw "attempt to call a nil value"
+      { { budget = { withdraw = print } },
+        "without a record or deposit method" },
+      { { budget = { withdraw = print, record = print, allows = 1 } },
+        "table whose allows is a number, not a method" },
       { { ctx_key = 1 }, "option 'ctx_key' must be a non-empty string" },
       { { ctx_key = "" }, "option 'ctx_key' must be a non-empty string" },
       { { timeouts = 1 }, "option 'timeouts' must be a table" },

@@ -148,6 +148,25 @@ describe("the runner checks the budget before fn runs", function()
             "without a record or deposit method")
     refuses(5, "got number")
     refuses("budget", "got string")
+  end)
+
+  -- a field the runner calls that is not a method failed with a raw
+  -- "attempt to call a string value" after fn ran
+  it("refuses a budget whose record, deposit, allows or throttle_cost "
+     .. "is not a method", function()
+    refuses({ withdraw = print, deposit = print, record = "x" },
+            "table whose record is a string, not a method")
+    refuses({ withdraw = print, record = print, deposit = 1 },
+            "table whose deposit is a number, not a method")
+    refuses({ withdraw = print, record = print, throttle_cost = 9 },
+            "table whose throttle_cost is a number, not a method")
+    refuses({ withdraw = print, record = print, allows = true },
+            "table whose allows is a boolean, not a method")
+    -- data fields of those names are a user budget's business
+    local ok = pcall(backoff.retry, p, function() return 1 end,
+      { budget = { withdraw = print, record = print, cost = 5,
+                   tokens = 12 } })
+    assert.is_true(ok)
     refuses(io.stdout, "userdata without a withdraw method")
   end)
 

@@ -84,6 +84,7 @@ end
 
 local util = require "backoff.util"
 local has_method, budget_cost = util.has_method, util.budget_cost
+local budget_problem = util.budget_problem
 
 local function check_opts(opts)
   if opts == nil then return end
@@ -98,8 +99,11 @@ local function check_opts(opts)
   end
   local b, key, t = rawget(opts, "budget"), rawget(opts, "ctx_key"),
                     rawget(opts, "timeouts")
-  if b ~= nil and not has_method(b, "withdraw") then
-    bad("option 'budget' must be a backoff budget", b)
+  local why = b ~= nil and budget_problem(b)
+  if why then
+    error("backoff.balancer: option 'budget' must be a backoff budget (an "
+          .. "object with withdraw, and record or deposit methods; got "
+          .. why .. ")", 4)
   end
   if key ~= nil and (type(key) ~= "string" or key == "") then
     bad("option 'ctx_key' must be a non-empty string", key)
@@ -163,7 +167,7 @@ end
 -- it; else tokens() >= cost; else (a user object) let withdraw decide
 local function allows(bud, cost)
   if bud.allows then return bud:allows(cost) and true or false end
-  if bud.tokens and cost then return bud:tokens() >= cost end
+  if cost and has_method(bud, "tokens") then return bud:tokens() >= cost end
   return true
 end
 

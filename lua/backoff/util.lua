@@ -1,7 +1,8 @@
 -- backoff.util: small helpers the Lua modules share (internal: not part
 -- of the API).  At the bottom of the Lua half: it requires nothing.
 
-local getmetatable, pcall, type = getmetatable, pcall, type
+local getmetatable, ipairs, pcall, setmetatable, type =
+      getmetatable, ipairs, pcall, setmetatable, type
 
 local M = {}
 
@@ -23,6 +24,45 @@ function M.has_method(v, name)
   if t ~= "table" and t ~= "userdata" then return false end
   local ok, m = pcall(index, v, name)
   return ok and callable(m)
+end
+
+-- Why v cannot serve as a budget, nil when it can: it needs withdraw,
+-- and record (told of every attempt) or deposit (told of successes);
+-- record, deposit, allows and throttle_cost, the other methods the
+-- runner and the balancer call when v has them, must be methods, or
+-- the call would fail with a raw "attempt to call" after fn ran (cost
+-- and tokens may be data: a number cost is the cost, and tokens() is
+-- called only when it is a method).  A budget found good is
+-- remembered (weakly): the runner checks ropts at every call, and a
+-- budget is a long-lived object, so the good day pays one lookup.
+local OPTIONAL_METHODS = { "record", "deposit", "allows", "throttle_cost" }
+local good_budgets = setmetatable({}, { __mode = "k" })
+local function budget_problem(v)
+  local t = type(v)
+  if t ~= "table" and t ~= "userdata" then return t end
+  if t == "userdata" and getmetatable(v) == nil then
+    return "a userdata without methods"
+  end
+  if not M.has_method(v, "withdraw") then
+    return t .. " without a withdraw method"
+  end
+  if not M.has_method(v, "record") and not M.has_method(v, "deposit") then
+    return t .. " without a record or deposit method"
+  end
+  for _, name in ipairs(OPTIONAL_METHODS) do
+    local ok, m = pcall(index, v, name)
+    if not ok then return t .. " whose " .. name .. " cannot be read" end
+    if m ~= nil and not callable(m) then
+      return t .. " whose " .. name .. " is a " .. type(m) .. ", not a method"
+    end
+  end
+  good_budgets[v] = true
+  return nil
+end
+
+function M.budget_problem(v)
+  if good_budgets[v] then return nil end
+  return budget_problem(v)
 end
 
 -- a budget's cost per retry: its cost() method or cost field, if any
