@@ -190,6 +190,32 @@ backoff_hints_honoured_total{name="users_api"} 1
                      true)
     end)
 
+    -- another writer's NaN was written as "-nan", which no Prometheus
+    -- parser reads; a counter is a finite count >= 0
+    it("skips values under its keys that are not counts", function()
+      local d = fake_dict()
+      local m = metrics.new("odd", { shared = d })
+      m:run(true, 1)
+      d.data["backoff\tretries\todd"] = 0 / 0
+      d.data["backoff\tsuccesses\todd"] = -3
+      d.data["backoff\tbudget_refusals\todd"] = math.huge
+      d.data["backoff\tgiveups\todd\tbudget"] = "many"
+      d.data["backoff\thints_honoured\todd"] = 1e308
+      d.data["backoff\thints_honoured\todd\t"] = 1e308
+      local text = metrics.prometheus(d)
+      assert.is_nil(text:find("nan", 1, true))
+      assert.is_nil(text:lower():find("[^+]inf"))
+      assert.matches('attempts_total{name="odd"} 1', text, 1, true)
+      assert.is_nil(text:find('retries_total{name="odd"}', 1, true))
+      assert.is_nil(text:find('successes_total{name="odd"}', 1, true))
+      assert.is_nil(text:find('budget_refusals_total{name="odd"}', 1, true))
+      assert.is_nil(text:find('reason="budget"', 1, true))
+      local c = m:counts()
+      assert.same({ 1, 0, 0, 0 }, { c.attempts, c.retries, c.successes,
+                                    c.budget_refusals })
+      assert.same({}, c.giveups)
+    end)
+
     it("is answered by collect() inside nginx", function()
       local saved = rawget(_G, "ngx")
       local printed = {}

@@ -35,6 +35,8 @@ local error, floor, getmetatable, ipairs, next, pairs, rawget,
       setmetatable, table.sort, table.concat, type, string.format,
       string.byte
 
+local HUGE = math.huge
+
 local M = {}
 
 -- the counters, in the order they are written, and their help texts
@@ -223,11 +225,19 @@ function Recorder:run(ok, attempts, reason, hints)
   if hints > 0 then add(self, "hints_honoured", hints) end
 end
 
--- the value under key, 0 when missing
-local function value(self, key)
-  local v
-  if self.dict then v = self.dict:get(key) else v = process[key] end
-  return type(v) == "number" and v or 0
+-- a stored counter as we write it: a count is a finite number >= 0, so
+-- anything else under one of our keys (another writer's NaN, inf, a
+-- negative number or a string) reads as nil, never as "-nan" in the
+-- exposition
+local function count_of(v)
+  if type(v) == "number" and v >= 0 and v < HUGE then return v end
+  return nil
+end
+
+-- the count under key, nil when missing or not a count
+local function stored(self, key)
+  if self.dict then return count_of(self.dict:get(key)) end
+  return count_of(process[key])
 end
 
 --- m:counts() -> { attempts = n, ..., giveups = { reason = n } }: this
@@ -237,7 +247,7 @@ function Recorder:counts()
   self = self_of(self, "counts")
   local t = { giveups = {} }
   for _, c in ipairs(COUNTERS) do
-    if c ~= "giveups" then t[c] = value(self, self.keys[c]) end
+    if c ~= "giveups" then t[c] = stored(self, self.keys[c]) or 0 end
   end
   local p = self.prefix_giveups
   local keys
@@ -249,7 +259,7 @@ function Recorder:counts()
   end
   for _, k in ipairs(keys) do
     if k:sub(1, #p) == p then
-      t.giveups[k:sub(#p + 1)] = value(self, k)
+      t.giveups[k:sub(#p + 1)] = stored(self, k)
     end
   end
   return t
@@ -313,6 +323,7 @@ local function escape(v)
 end
 
 local function number(v)
+  if v >= HUGE then return "+Inf" end     -- counts that summed past 2^1024
   if v == floor(v) and v > -2 ^ 53 and v < 2 ^ 53 then
     return format("%.0f", v)
   end
@@ -328,8 +339,7 @@ local function snapshot(dict)
   if dict then
     for _, k in ipairs(dict:get_keys(0)) do
       if type(k) == "string" and k:sub(1, #PREFIX) == PREFIX then
-        local v = dict:get(k)
-        if type(v) == "number" then t[k] = v end
+        t[k] = count_of(dict:get(k))
       end
     end
   else
