@@ -316,4 +316,26 @@ describe("a foreign number in range under a shared key", function()
       assert.is_true(t >= 0 and t <= 1, tostring(t))
     end
   end)
+
+  -- the token bucket's tokens() passed a foreign -0 on as -0
+  it("gives tokens() and deposit() that are never -0, in every kind",
+    function()
+      for _, c in ipairs(CASES) do
+        local d = new_dict()
+        local o = { shared = d }
+        if c.opts.clock then o.clock = clock end
+        if c.opts.random then o.random = draw end
+        local b = c.ctor(o)
+        b:record(true, 1)
+        b:withdraw()
+        b:record(false, 2)
+        for k in pairs(d.data) do d.data[k] = -0.0 end
+        local t = b:tokens()
+        assert.is_true(t >= 0 and 1 / t > 0, c.name .. " " .. tostring(t))
+        local r = b:deposit(0)
+        if r ~= nil then
+          assert.is_true(r >= 0 and 1 / r > 0, c.name .. " " .. tostring(r))
+        end
+      end
+    end)
 end)

@@ -194,7 +194,7 @@ local function available(self)
   if v == nil then return nil end
   local r = reserve(self)
   v = v - (cap - r)
-  if v < 0 then return 0 end
+  if v <= 0 then return 0 end            -- a foreign -0 too
   if v > r then return r end
   return v
 end

@@ -39,7 +39,7 @@ local function milli_tokens(self)
   local max = self.max
   local v = read(self.dict, self.dkey, max, max)
   if v == nil then return nil end
-  if v < 0 then return 0 end
+  if v <= 0 then return 0 end            -- a foreign -0 too
   if v > max then return max end
   return v
 end

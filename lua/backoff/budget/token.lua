@@ -75,7 +75,7 @@ function Shared:deposit(n)
   if n > cap then n = cap end
   local r, err = add(self.dict, self.dkey, n, cap, cap)
   if not r then return nil, err end
-  if r < 0 then return 0 end
+  if r <= 0 then return 0 end
   if r > cap then return cap end
   return r
 end
@@ -102,7 +102,7 @@ function Shared:tokens()
   self_of(self, "tokens")
   local cap = self.cap
   local v = read(self.dict, self.dkey, cap, cap)
-  if v == nil or v < 0 then return 0 end
+  if v == nil or v <= 0 then return 0 end     -- a foreign -0 too
   if v > cap then return cap end
   return v
 end
