@@ -172,7 +172,8 @@ describe("budget(opts)", function()
       "backoff.budget: option 'shared' must be an ngx.shared dict (got 5)",
       nil, true)
     assert.error_matches(function() budget { key = "k" } end,
-      "option 'shared' must be an ngx.shared dict (got nil)", nil, true)
+      "option 'shared' must be an ngx.shared dict (got nil; option 'key' "
+      .. "names a key in it, so it needs shared)", nil, true)
     assert.error_matches(function()
       budget { shared = fake_dict(), key = "" }
     end, "option 'key' must be a non-empty string (got '')", nil, true)

@@ -335,6 +335,36 @@ describe("budget.ratio's window", function()
     assert.equal(0, b:tokens())
   end)
 
+  -- deposit(2^53) minted 3.5e10 retries in a budget meant to refuse
+  -- every one: a deposit gives back what withdrawals took, no more
+  it("gives back only what the window's withdrawals took", function()
+    for _, shared in ipairs { false, true } do
+      local w = world()
+      local dict = shared and new_dict() or nil
+      if dict then dict.now = w.clock end
+      local none = budget.ratio { percent = 0, min_per_second = 0,
+                                  clock = w.clock, shared = dict }
+      assert.equal(0, none:deposit(2 ^ 53))
+      assert.equal(0, none:deposit())
+      assert.is_false(none:withdraw())
+      local b = budget.ratio { ttl = 10, percent = 50, min_per_second = 0,
+                               clock = w.clock, shared = dict,
+                               key = dict and "b" or nil }
+      for _ = 1, 4 do b:record(true, 1) end       -- 2 retries
+      assert.is_true(b:withdraw())
+      assert.equal(1, b:tokens())
+      assert.equal(2, b:deposit(5))               -- gives back the 1 only
+      assert.equal(2, b:deposit(5))
+      assert.is_true(b:withdraw())
+      assert.is_true(b:withdraw())
+      assert.is_false(b:withdraw())
+      assert.equal(1, b:deposit(1))
+      w.t = w.t + 11                              -- all expired
+      assert.equal(0, b:deposit(1))
+      assert.equal(0, b:tokens())
+    end
+  end)
+
   it("treats a clock that goes back as no time passed", function()
     local w = world()
     local b = budget.ratio { ttl = 10, percent = 100, min_per_second = 0,

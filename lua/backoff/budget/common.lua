@@ -228,8 +228,11 @@ end
 -- `level` (as error() counts it from here).
 function C.shared_key(ctor, o, kind, parts, level)
   if not C.is_dict(o.shared) then
+    -- key alone: the key names a counter in a dict, so say which is
+    -- missing rather than only that nil is no dict
     error(ctor .. ": option 'shared' must be an ngx.shared dict (got "
-          .. repr(o.shared) .. ")", level)
+          .. repr(o.shared) .. (o.shared == nil and "; option 'key' names "
+          .. "a key in it, so it needs shared" or "") .. ")", level)
   end
   local key = o.key
   if key == nil then key = C.DEFAULT_KEY end

@@ -15,7 +15,10 @@
 -- incr; a withdrawal is made first and undone (in the same slice) when
 -- the balance it left is below 0, as the token bucket does: never
 -- overdrawn, whatever the interleaving; a withdrawal in flight can make
--- another worker see the balance briefly low.  Missing slices count 0:
+-- another worker see the balance briefly low.  A granted withdrawal
+-- also adds to counter "w", what deposit may give back (read, then
+-- written: two deposits in flight may both see the same sum).  Missing
+-- slices count 0:
 -- an evicted key forgets requests (fewer retries) and withdrawals
 -- (more, within the reserve and the window's requests).
 
@@ -56,7 +59,10 @@ function Ratio:withdraw(cost)
   if not i then return false, err end
   local b
   b, err = balance(self)
-  if b and b >= 0 then return true end
+  if b and b >= 0 then
+    win:add_at("w", n, i)                   -- what deposit may give back
+    return true
+  end
   win:add_at("b", n, i)                     -- undo, in the same slice
   if err then return false, err end
   return false
@@ -86,10 +92,19 @@ function Ratio:deposit(n)
   check(self, "deposit")
   n = C.count_arg(n, "deposit", "n", 1)
   if n > 0 then
+    -- at most what the window's withdrawals took and deposits have not
+    -- given back yet: a deposit gives back, it never mints retries
+    local win = self.win
+    local w, err = win:sum("w")
+    if not w then return nil, err end
     local m = n * self.unit
-    if m > self.most then m = self.most end
-    local i, err = self.win:add("b", m)
-    if not i then return nil, err end
+    if m > w then m = w end
+    if m > 0 then
+      local i
+      i, err = win:add("b", m)
+      if not i then return nil, err end
+      win:add_at("w", -m, i)
+    end
   end
   return self:tokens()
 end
@@ -147,7 +162,7 @@ local function new(opts, level)
     self.win = W.dict(CTOR, o.ttl, 10, clock, o.shared, self.dkey)
     self.shared = true
   else
-    self.win = W.ring(CTOR, o.ttl, 10, clock, { "b" })
+    self.win = W.ring(CTOR, o.ttl, 10, clock, { "b", "w" })
   end
   return setmetatable(self, Ratio)
 end
