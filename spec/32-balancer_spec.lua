@@ -507,6 +507,11 @@ describe("backoff.balancer", function()
       log_phase(200)
       assert.error_matches(function() balancer.done(c[1]) end, c[2], nil,
                            true)
+      -- at the caller's line (the budget's message pointed past it)
+      local line = debug.getinfo(1, "l").currentline + 1
+      local ok, err = pcall(function() balancer.done(c[1]) end)
+      assert.is_false(ok)
+      assert.matches(":" .. line .. ": backoff.balancer: ", err, 1, true)
       fake.phase = "balancer"
     end
     assert.is_nil(fake.ctx.backoff_balancer)  -- none started

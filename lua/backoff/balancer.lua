@@ -100,10 +100,10 @@ local function check_opts(opts)
   local b, key, t = rawget(opts, "budget"), rawget(opts, "ctx_key"),
                     rawget(opts, "timeouts")
   local why = b ~= nil and budget_problem(b)
-  if why then
+  if why then                 -- level 3: the caller of balancer or done
     error("backoff.balancer: option 'budget' must be a backoff budget (an "
           .. "object with withdraw, and record or deposit methods; got "
-          .. why .. ")", 4)
+          .. why .. ")", 3)
   end
   if key ~= nil and (type(key) ~= "string" or key == "") then
     bad("option 'ctx_key' must be a non-empty string", key)
