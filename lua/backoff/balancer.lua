@@ -148,8 +148,8 @@ end
 
 -- this try's timeouts: timeout (seconds) times each factor (default 1;
 -- false leaves nginx's own); nginx counts in milliseconds, so >= 1 ms,
--- and passes them as a C long: at most 2^31 - 1 ms, as cosockets take
-local MAX_TIMEOUT = (2 ^ 31 - 1) / 1000
+-- and at most the longest timeout it takes
+local MAX_TIMEOUT = util.MAX_TIMEOUT_MS / 1000
 local function set_timeouts(timeout, factors)
   if not timeout then return end
   local f = factors or sides

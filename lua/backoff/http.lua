@@ -26,6 +26,7 @@
 
 local backoff = require "backoff"
 local hint_mod = require "backoff.http.hint"
+local util = require "backoff.util"
 
 local core = require "backoff.core"
 local repr, core_now = core._repr, core._now
@@ -140,10 +141,9 @@ local function factors_problem(f)
 end
 
 -- the table handed to do_request; factors already checked.  At most
--- 2^31 - 1 ms (24.8 days): the most a cosocket's settimeout(s) takes
--- ("bad timeout value" above it), and a huge timeout x 1000 would
--- otherwise overflow to inf.
-local MAX_MS = 2 ^ 31 - 1
+-- the longest timeout nginx takes (a huge timeout x 1000 would
+-- otherwise overflow to inf).
+local MAX_MS = util.MAX_TIMEOUT_MS
 local function make_timeouts(timeout, f)
   f = f or SIDES
   local function ms(side)

@@ -6,6 +6,11 @@ local getmetatable, ipairs, pcall, setmetatable, type =
 
 local M = {}
 
+-- the longest timeout nginx takes, in milliseconds: a cosocket's
+-- settimeout(s) answers "bad timeout value" above it, and the balancer's
+-- set_timeouts hands nginx a C long (2^31 - 1 ms: 24.8 days)
+M.MAX_TIMEOUT_MS = 2 ^ 31 - 1
+
 -- v may be called: a function, or a value whose metatable has __call
 function M.callable(v)
   if type(v) == "function" then return true end
