@@ -1,7 +1,7 @@
 -- backoff.ffi: the LuaJIT FFI fast path of b:failure() and b:success().
 --
--- require("backoff.ffi")(core, methods) installs it into the methods
--- table of backoff.core (lua/backoff.lua does this once, at load).
+-- require("backoff.ffi")(methods) installs it into the methods table of
+-- backoff.core (lua/backoff.lua does this once, at load).
 --
 -- Under LuaJIT, b:failure() and b:success() go through the FFI to
 -- lbackoff_ffi_step (see csrc/lbackoff_ffi.c): the JIT compiles that into a
@@ -13,10 +13,12 @@
 -- either way.  Set BACKOFF_NO_FFI=1 to turn it off.  Returns true when
 -- installed.
 
+local util = require "backoff.util"
+
 local getenv, getmetatable, pcall, rawget, require, type =
       os.getenv, getmetatable, pcall, rawget, require, type
 
-return function(core, methods)
+return function(methods)
   if not rawget(_G, "jit") or getenv("BACKOFF_NO_FFI") then return false end
   local has_ffi, ffi = pcall(require, "ffi")
   local path = has_ffi and package.searchpath
@@ -30,14 +32,14 @@ return function(core, methods)
   local ok, step = pcall(function()
     local lib = ffi.load(path)
     -- the library loaded must be the one require loaded, not a namesake
-    if lib.lbackoff_ffi_token() ~= ffi.cast("const void *", core._ffi_token)
+    if lib.lbackoff_ffi_token() ~= ffi.cast("const void *", util.ffi.token)
     then return nil end
     return lib.lbackoff_ffi_step
   end)
   if not ok or not step then return false end
 
-  local reasons, owner = core._ffi_reasons()
-  local mt = core._metatable
+  local reasons, owner = util.ffi.reasons()
+  local mt = util.backoff_mt
   if not reasons then return false end  -- installed already (a 2nd load)
   owner = ffi.cast("const void *", owner)  -- a cdata: compiled as a constant
   local out = ffi.new("double[2]")
@@ -62,7 +64,7 @@ return function(core, methods)
   end
   -- A hint (failure's third argument) always goes to the C method.
   local c_failure = methods.failure
-  local slow_failure, slow_success = core._ffi_failure, core._ffi_success
+  local slow_failure, slow_success = util.ffi.failure, util.ffi.success
   methods.failure = function(self, ts, hint)
     if hint ~= nil then return c_failure(self, ts, hint) end
     return run(self, ts, FAILURE, slow_failure)

@@ -1,15 +1,91 @@
--- backoff.util: small helpers the Lua modules share (internal: not part
--- of the API).  At the bottom of the Lua half: it requires nothing.
+-- backoff.util: what the Lua modules share (internal: not part of the
+-- API).  The bottom of the Lua half: it requires only backoff.core, and
+-- it is the one Lua module that reads backoff.core's private entries
+-- (core._*): every other module takes them from here.
 
-local getmetatable, ipairs, pcall, setmetatable, type =
-      getmetatable, ipairs, pcall, setmetatable, type
+local core = require "backoff.core"
+
+local getmetatable, ipairs, next, pcall, rawget, setmetatable, type =
+      getmetatable, ipairs, next, pcall, rawget, setmetatable, type
 
 local M = {}
+
+------------------------------------------------------------------------
+-- backoff.core's private entries
+
+M.repr = core._repr                 -- a value, short and escaped
+M.now = core._now                   -- b's clock, read once
+M.failure = core._failure           -- b:failure(ts, hint) + the strategy's own
+M.first_timeout = core._first_timeout
+M.backoff_mt = core._metatable      -- the metatable of every object
+M.new = core.new                    -- backoff.new
+M.core_sleep = core.sleep           -- the blocking sleep, unchecked
+M.ffi = { token = core._ffi_token, reasons = core._ffi_reasons,
+          failure = core._ffi_failure, success = core._ffi_success }
+
+local backoff_mt = M.backoff_mt
+
+-- v is a backoff object
+function M.is_backoff(v)
+  return type(v) == "userdata" and getmetatable(v) == backoff_mt
+end
+
+------------------------------------------------------------------------
+-- nginx
 
 -- the longest timeout nginx takes, in milliseconds: a cosocket's
 -- settimeout(s) answers "bad timeout value" above it, and the balancer's
 -- set_timeouts hands nginx a C long (2^31 - 1 ms: 24.8 days)
 M.MAX_TIMEOUT_MS = 2 ^ 31 - 1
+
+-- the current nginx phase (ngx.get_phase()) and ngx; nil outside nginx
+function M.ngx_phase()
+  local ngx = rawget(_G, "ngx")
+  if type(ngx) == "table" and type(ngx.get_phase) == "function" then
+    return ngx.get_phase(), ngx
+  end
+  return nil
+end
+
+-- Per-try timeouts per side, for clients that take connect, send and
+-- read apart (lua-resty-http's set_timeouts, cosockets' settimeouts,
+-- ngx.balancer.set_timeouts): each is timeout x its factor (nil or true:
+-- 1; false: nil, keep the client's own).  Seconds, not yet bounded: each
+-- door bounds them in its client's units.
+M.SIDES = { connect = true, send = true, read = true }
+
+local function side(timeout, f, name)
+  local x = rawget(f, name)
+  if x == false then return nil end
+  if x == nil or x == true then return timeout end
+  return timeout * x
+end
+
+function M.sides(timeout, factors)
+  local f = factors or M.SIDES
+  return side(timeout, f, "connect"), side(timeout, f, "send"),
+         side(timeout, f, "read")
+end
+
+-- nil when f is nil or a good table of factors, else what is wrong
+-- ("must be a table of factors (got 1)", "takes connect, ...")
+function M.factors_problem(f)
+  if f == nil then return nil end
+  if type(f) ~= "table" then
+    return "must be a table of factors (got " .. M.repr(f) .. ")"
+  end
+  for k, v in next, f do          -- read raw: no metamethod runs
+    if not M.SIDES[k] or v ~= false and (type(v) ~= "number"
+                                         or not (v > 0 and v < 1 / 0)) then
+      return "takes connect, send and read: a factor > 0 or false (got "
+             .. M.repr(k) .. " = " .. M.repr(v) .. ")"
+    end
+  end
+  return nil
+end
+
+------------------------------------------------------------------------
+-- values
 
 -- v may be called: a function, or a value whose metatable has __call
 function M.callable(v)
@@ -31,15 +107,25 @@ function M.has_method(v, name)
   return ok and callable(m)
 end
 
+local has_method = M.has_method
+
+-- v is an ngx.shared dict (or a stand-in with the same methods)
+function M.is_dict(v)
+  return has_method(v, "incr") and has_method(v, "get")
+end
+
+------------------------------------------------------------------------
+-- duck-typed collaborators: what the engine calls, checked once
+
 -- Why v cannot serve as a budget, nil when it can: it needs withdraw,
 -- and record (told of every attempt) or deposit (told of successes);
 -- record, deposit, allows and throttle_cost, the other methods the
--- runner and the balancer call when v has them, must be methods, or
--- the call would fail with a raw "attempt to call" after fn ran (cost
--- and tokens may be data: a number cost is the cost, and tokens() is
--- called only when it is a method).  A budget found good is
--- remembered (weakly): the runner checks ropts at every call, and a
--- budget is a long-lived object, so the good day pays one lookup.
+-- doors call when v has them, must be methods, or the call would fail
+-- with a raw "attempt to call" after fn ran (cost and tokens may be
+-- data: a number cost is the cost, and tokens() is called only when it
+-- is a method).  A budget found good is remembered (weakly): the doors
+-- check their options at every call, and a budget is a long-lived
+-- object, so the good day pays one lookup.
 local OPTIONAL_METHODS = { "record", "deposit", "allows", "throttle_cost" }
 local good_budgets = setmetatable({}, { __mode = "k" })
 local function budget_problem(v)
@@ -48,10 +134,10 @@ local function budget_problem(v)
   if t == "userdata" and getmetatable(v) == nil then
     return "a userdata without methods"
   end
-  if not M.has_method(v, "withdraw") then
+  if not has_method(v, "withdraw") then
     return t .. " without a withdraw method"
   end
-  if not M.has_method(v, "record") and not M.has_method(v, "deposit") then
+  if not has_method(v, "record") and not has_method(v, "deposit") then
     return t .. " without a record or deposit method"
   end
   for _, name in ipairs(OPTIONAL_METHODS) do

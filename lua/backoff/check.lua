@@ -1,0 +1,246 @@
+-- backoff.check: the one option checker of the Lua half (internal).
+--
+-- A module declares its options once, as a table of rules, the way the
+-- C binding's OPTIONS table does, and gets a checker:
+--
+--   local check = require "backoff.check"
+--   local options = check.options("backoff.budget.earned", {
+--     capacity = check.count{ default = 8, max = 2 ^ 30, max_text = "2^30" },
+--     earn = check.number{ default = 6, min = 0, max = 1000 },
+--     clock = check.fn{},
+--   })
+--   local o = options(opts)  -- every option, defaults filled in
+--
+-- Every message has the C binding's wording:
+--   backoff.budget.earned: options must be a table (got number)
+--   backoff.budget.earned: unknown option 'capcity'
+--   backoff.budget.earned: option 'earn' must be a number >= 0 and
+--     <= 1000 (got -1)
+-- and points at the caller's line: check.raise finds the first frame
+-- outside the library, however deep the module's own frames go (and
+-- whatever tail calls took away), so no caller counts levels.
+
+local util = require "backoff.util"
+
+local error, floor, getinfo, getmetatable, next, pairs, rawget, tostring,
+      type = error, math.floor, debug.getinfo, getmetatable, next, pairs,
+      rawget, tostring, type
+local huge = math.huge
+local repr = util.repr
+
+local M = {}
+
+------------------------------------------------------------------------
+-- raising at the caller's line
+
+-- The library's files: this one's folder (lua/backoff/) and the face
+-- beside it (lua/backoff.lua), as the loader named them.
+local here = getinfo(1, "S").source
+local DIR = here:match("^(@.*/)check%.lua$") or "@?"
+local FACE = DIR:sub(1, -2) .. ".lua"
+
+local function ours(info)
+  local s = info.source
+  return s:sub(1, #DIR) == DIR or s == FACE
+    or info.what == "tail"                 -- 5.1: a frame a tail call took
+end
+
+-- The level, as error() counts it from raise, of the first frame that
+-- is not the library's.  getinfo counts from here: 1 is this function,
+-- 2 raise, so frame i is error()'s level i - 1.  A C frame the library
+-- itself called (its pcall) is skipped; one the caller called (the
+-- caller's pcall) is where the error goes, and gets no position, as
+-- any error raised through pcall.
+local function caller_level()
+  local i = 3
+  while true do
+    local info = getinfo(i, "S")
+    if info == nil then return i - 1 end
+    if not ours(info) then
+      if info.what ~= "C" then return i - 1 end
+      local up = getinfo(i + 1, "S")
+      if up == nil or not ours(up) then return i - 1 end
+    end
+    i = i + 1
+  end
+end
+
+--- check.raise(msg): error(msg) at the first frame outside the library
+function M.raise(msg)
+  error(msg, caller_level())
+end
+local raise = M.raise
+
+--- check.fail(ctor, name, rule_text, v): the option's message, raised
+function M.fail(ctor, name, text, v)
+  raise(("%s: option '%s' must be %s (got %s)"):format(ctor, tostring(name),
+        text, repr(v)))
+end
+
+------------------------------------------------------------------------
+-- rules: { test = function(v) -> true|false, text = "...", default }
+
+local function finite(v)
+  return type(v) == "number" and v == v and v ~= huge and v ~= -huge
+end
+M.finite = finite
+
+local function num(v)          -- a bound as text: 2^53, 1000, 0.5
+  if v == floor(v) and v < 2 ^ 53 then return ("%d"):format(v) end
+  return tostring(v)
+end
+
+--- an integer from min (0) to max (2^53)
+function M.count(o)
+  local lo, hi = o.min or 0, o.max or 2 ^ 53
+  return { default = o.default,
+    test = function(v)
+      return type(v) == "number" and v >= lo and v <= hi and v == floor(v)
+    end,
+    text = o.text or ("an integer >= %s and <= %s"):format(num(lo),
+      o.max_text or (hi == 2 ^ 53 and "2^53" or num(hi))) }
+end
+
+--- a finite number; min/max inclusive unless open_min/open_max
+function M.number(o)
+  local lo, hi = o.min, o.max
+  local parts = {}
+  if lo then parts[#parts + 1] = (o.open_min and "> " or ">= ") .. num(lo) end
+  if hi then parts[#parts + 1] = (o.open_max and "< " or "<= ") .. num(hi) end
+  local text = (lo and hi) and "a number " or "a finite number "
+  return { default = o.default,
+    test = function(v)
+      if not finite(v) then return false end
+      if lo and (v < lo or o.open_min and v == lo) then return false end
+      if hi and (v > hi or o.open_max and v == hi) then return false end
+      return true
+    end,
+    text = o.text or (text .. table.concat(parts, " and ")):gsub(" $", "") }
+end
+
+function M.boolean(o)
+  return { default = o and o.default,
+    test = function(v) return type(v) == "boolean" end, text = "a boolean" }
+end
+
+--- a function (a callable object too with callable = true)
+function M.fn(o)
+  o = o or {}
+  local callable = o.callable and util.callable
+  return { default = o.default,
+    test = function(v) return type(v) == "function" or callable and
+                              callable(v) end,
+    text = o.text or "a function" }
+end
+
+--- a string (non-empty by default; `pattern` anchored by the caller)
+function M.string(o)
+  o = o or {}
+  return { default = o.default,
+    test = function(v)
+      return type(v) == "string" and (o.empty or v ~= "")
+             and (not o.pattern or v:match(o.pattern) ~= nil)
+    end,
+    text = o.text or "a non-empty string" }
+end
+
+--- one of the names in the list
+function M.one_of(list, o)
+  local set = {}
+  for _, v in pairs(list) do set[v] = true end
+  return { default = o and o.default,
+    test = function(v) return set[v] == true end,
+    text = o and o.text or ("one of " .. table.concat(list, ", ")) }
+end
+
+--- anything test(v) accepts
+function M.custom(text, test, default)
+  return { default = default, test = test, text = text }
+end
+
+--- `shared`: an ngx.shared dict, or false for a per-worker (per-process)
+-- object on purpose.  nil is per process outside nginx, and an error
+-- inside it: each worker would keep its own, and a host of 16 workers
+-- would act 16 times over.  `what` names the thing shared ("budget").
+function M.shared(what)
+  return { shared = true, what = what,
+    test = function(v) return v == false or util.is_dict(v) end,
+    text = "an ngx.shared dict (lua_shared_dict), or false for one per "
+           .. "worker" }
+end
+
+-- the shared rule's verdict on nil: nothing outside nginx, an error in it
+local function shared_nil(ctor, name, rule)
+  if util.ngx_phase() == nil then return end
+  raise(("%s: option '%s' must be an ngx.shared dict inside nginx (got "
+    .. "nil: a lua_shared_dict's name misspelled in ngx.shared.NAME gives "
+    .. "nil too); without it each worker keeps its own %s, and a host of "
+    .. "N workers acts N times over; %s = false asks for that on purpose")
+    :format(ctor, name, rule.what, name))
+end
+
+------------------------------------------------------------------------
+-- option tables
+
+-- the rule's message for v (a rule may say more, with fail(ctor, k, v))
+local function refuse(ctor, k, r, v)
+  if r.fail then r.fail(ctor, k, v) end
+  M.fail(ctor, k, r.text, v)
+end
+
+local function not_table(ctor, opts)
+  raise(("%s: options must be a table (got %s)"):format(ctor, type(opts)))
+end
+
+--- check.validator(ctor, rules) -> function(opts) -> opts: checks opts
+-- where it is, for options read at every call (a door's): nil passes;
+-- no defaults (the rules have none), and no copy unless opts has a
+-- metatable: then a raw copy is returned, so that no metamethod of the
+-- caller's runs when the options are read.
+function M.validator(ctor, rules)
+  return function(opts)
+    if opts == nil then return nil end
+    if type(opts) ~= "table" then not_table(ctor, opts) end
+    for k, v in next, opts do
+      local r = rules[k]
+      if not r then raise(ctor .. ": unknown option " .. repr(k)) end
+      if not r.test(v) then refuse(ctor, k, r, v) end
+    end
+    if getmetatable(opts) == nil then return opts end
+    local copy = {}
+    for k, v in next, opts do copy[k] = v end
+    return copy
+  end
+end
+
+--- check.options(ctor, rules [, extra]) -> function(opts) -> o: every
+-- option (rules' defaults filled in); `extra` names keys taken as they
+-- are (checked by the module).  opts nil counts as {}.  Raw reads: no
+-- metamethod of opts runs.
+function M.options(ctor, rules, extra)
+  return function(opts)
+    if opts == nil then opts = {} end
+    if type(opts) ~= "table" then not_table(ctor, opts) end
+    local out = {}
+    for k, v in next, opts do
+      local r = rules[k]
+      if r then
+        if not r.test(v) then refuse(ctor, k, r, v) end
+        out[k] = v
+      elseif extra and extra[k] then
+        out[k] = v
+      else
+        raise(ctor .. ": unknown option " .. repr(k))
+      end
+    end
+    for k, r in pairs(rules) do
+      if rawget(out, k) == nil then
+        if r.shared then shared_nil(ctor, k, r) end
+        out[k] = r.default
+      end
+    end
+    return out
+  end
+end
+
+return M
