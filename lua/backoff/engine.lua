@@ -1,0 +1,496 @@
+-- backoff.engine: one request's retries, for every door (internal).
+--
+-- backoff.retry (lua/backoff/runner.lua), backoff.http.request,
+-- backoff.balancer and backoff.hedge are doors: each knows how its
+-- attempts are made and how it waits.  Everything else is decided here,
+-- once: whether another attempt may be made, after which delay and
+-- with which per-try timeout; the budget's payment, record and refund;
+-- the server's hint and its bound; the deadline; the breaker; the
+-- metrics; the hooks.  CONTRIBUTING.md ("Adding a door") says how a
+-- door uses it.
+--
+-- A run's state is a table `st`, built by E.state when the first
+-- attempt failed (the happy path builds nothing: E.first_success and
+-- E.admit_first take what they need as arguments).  The policy is never
+-- changed: it is a template, cloned for the run.
+--
+-- Hooks have one shape: hook(err, <its own values>, attempt), and a door
+-- with a response to show (backoff.http) passes it as one more argument.
+--   retry_on(err, attempt, res)      -> false [, reason]: stop
+--   server_hint(err, attempt, res)   -> seconds the server asked, or nil
+--   retry_cost(err, attempt, res)    -> what this retry withdraws
+--   on_retry(err, delay, attempt, res)
+--   on_giveup(err, reason, attempts, res)
+--   on_success(res1, elapsed, attempts)
+
+local util = require "backoff.util"
+local phase = require "backoff.phase"
+
+local error, type = error, type
+local huge = math.huge
+local core_now, core_failure, first_timeout, repr =
+      util.now, util.failure, util.first_timeout, util.repr
+
+local E = {}
+
+------------------------------------------------------------------------
+-- the end of a run: metrics first (a hook that raises must not lose
+-- the count), then the hook
+
+local function elapsed_since(t0, b)
+  if not t0 then return 0 end
+  local e = core_now(b) - t0
+  if e < 0 then e = 0 end       -- a clock that went back: no time passed
+  return e
+end
+
+--- E.ended_well(ropts, attempts, hints, t0, b, res1): a run succeeded
+function E.ended_well(ropts, attempts, hints, t0, b, res1)
+  local m = ropts.metrics
+  if m then m:run(true, attempts, nil, hints) end
+  local f = ropts.on_success
+  if f then f(res1, elapsed_since(t0, b), attempts) end
+end
+
+--- E.ended_badly(ropts, err, reason, attempts, hints, res): gave up
+function E.ended_badly(ropts, err, reason, attempts, hints, res)
+  local m = ropts.metrics
+  if m then m:run(false, attempts, reason, hints) end
+  local f = ropts.on_giveup
+  if f then f(err, reason, attempts, res) end
+end
+
+------------------------------------------------------------------------
+-- the breaker and the budget, told of each attempt
+
+-- the budget learns an attempt's outcome: record (every attempt), or
+-- the legacy deposit on success (what the retry paid, or the budget's
+-- own refund after a first attempt)
+local function tell_budget(bud, ok, attempt, paid, cost)
+  if bud.record then
+    bud:record(ok, attempt, paid)
+  elseif ok then
+    if attempt > 1 then bud:deposit(paid or cost) else bud:deposit() end
+  end
+end
+E.tell_budget = tell_budget
+
+------------------------------------------------------------------------
+-- a run's state
+--
+--   door: the door's constants (who: its name for messages; waits:
+--     false when it cannot wait, the balancer; left_timeout: a deadline
+--     without per-try timeouts gives the time left as the timeout)
+--   policy, f: the template and its facts; b: the run's own object (a
+--     clone, or the object a policy table was built into)
+--   ropts; attempt: the attempt being made; timeout: the one it has
+--   t0: the run's start; ts: the current attempt's start (for the
+--     breaker's slow calls); ticket: the breaker's, for this attempt
+-- and after the first failure (E.state):
+--   deadline (or nil), min_attempt: no attempt starts with less left
+--   bud, cost: the budget (or nil) and its cost (nil: withdraw's own);
+--   paid, owed: what the current attempt's retry withdrew, and whether
+--     it is there to give back; throttle: bud:throttle_cost()
+--   br: the breaker; max_hint: the door's bound on a hint
+--   hints: retries that waited for a server's hint
+--   sleep, no_sleep: the wait, or the phase where none is possible
+
+-- the first attempt's start: the run's start t0, its timeout (never
+-- past the deadline); false when the deadline has passed
+local function start(st)
+  local f, policy, b = st.f, st.policy, st.b
+  local now = core_now(b or policy)
+  st.t0, st.ts = now, now
+  if not f.duration then return true end
+  local timeout
+  if not b and f.eager and f.timeouts then
+    b = policy:clone(now)
+    st.b = b
+  end
+  if b then
+    st.t0 = now - b:elapsed(now)
+    st.ts = now
+    timeout = b:timeout()
+  elseif f.timeouts then
+    timeout = first_timeout(policy)
+  end
+  local left = (f.start or st.t0) + f.duration - now
+  if left <= 0 then return false end
+  if timeout == nil then
+    if st.door.left_timeout then timeout = left end
+  elseif timeout > left then
+    timeout = left
+  end
+  st.timeout = timeout
+  return true
+end
+
+-- does the first attempt need the clock (or the breaker)?
+local function needs_start(f, ropts)
+  return f.duration or ropts ~= nil and (ropts.on_success or ropts.breaker)
+end
+
+--- E.begin(door, policy, f, b, ropts) -> st | nil, reason: a run
+-- starts; nil when it ends before its first attempt (a breaker that is
+-- open, a deadline that has passed: counted and told to on_giveup).
+-- Reads no clock unless the run needs one.
+function E.begin(door, policy, f, b, ropts)
+  local st = { door = door, policy = policy, f = f, b = b, ropts = ropts,
+               attempt = 1 }
+  local br = ropts and ropts.breaker
+  if br then
+    local ok, ticket = br:allow()
+    if not ok then
+      E.no_attempt(ropts, "circuit_open")
+      return nil, "circuit_open"
+    end
+    st.ticket = ticket
+  end
+  if needs_start(f, ropts) and not start(st) then
+    if st.ticket ~= nil then br:release(st.ticket) end
+    E.no_attempt(ropts, "max_actual_duration")
+    return nil, "max_actual_duration"
+  end
+  return st
+end
+
+--- E.no_attempt(ropts, reason): a run that ends before its first attempt
+function E.no_attempt(ropts, reason)
+  if ropts ~= nil and (ropts.metrics or ropts.on_giveup) then
+    E.ended_badly(ropts, nil, reason, 0, 0)
+  end
+end
+
+--- E.first_success(st, res1): the first attempt succeeded (nothing
+-- more was built for the run)
+function E.first_success(st, res1)
+  local ropts = st.ropts
+  if ropts == nil then return end
+  local bud, br = ropts.budget, ropts.breaker
+  if bud then tell_budget(bud, true, 1, nil) end
+  if br then br:record(true, st.ticket, elapsed_since(st.ts, st.b or
+                                                      st.policy)) end
+  if ropts.metrics or ropts.on_success then
+    E.ended_well(ropts, 1, 0, st.t0, st.b or st.policy, res1)
+  end
+end
+
+--- E.state(st) -> st: the first attempt failed; what the retries need.
+-- The template is cloned here (started at t0, the first attempt's start)
+-- unless the door built the run's object.
+function E.state(st)
+  local ropts, f = st.ropts, st.f
+  if st.b == nil then st.b = st.policy:clone(st.t0) end
+  st.min_attempt, st.hints, st.max_attempts = 0, 0, f.max_attempts
+  local mat
+  if ropts ~= nil then
+    mat = ropts.min_attempt_time
+    local bud = ropts.budget
+    if bud ~= nil then
+      st.bud, st.cost = bud, util.budget_cost(bud)
+      if bud.throttle_cost then st.throttle = bud:throttle_cost() end
+    end
+    st.br, st.sleep, st.max_hint = ropts.breaker, ropts.sleep, ropts.max_hint
+  end
+  if st.door.waits and not st.sleep then
+    st.sleep, st.no_sleep = phase.default_sleep()
+  end
+  st.ready = true
+  if f.duration then
+    st.deadline = (f.start or st.t0 or core_now(st.b)) + f.duration
+    if mat == nil and f.timeouts then mat = f.min_adjust_timeout end
+  end
+  st.min_attempt = mat or 0
+  return st
+end
+
+------------------------------------------------------------------------
+-- the rules, each in one place
+
+-- retry_on's second result, when it said no: the reason to give up with
+local function stop_reason(who, why)
+  if why == nil or why == false then return "retry_on" end
+  if type(why) ~= "string" or #why > 64 or not why:match("^[%a_][%w_]*$")
+  then
+    error(who .. ": ropts.retry_on's second result must be nil or a reason "
+          .. "(a name of letters, digits and _, at most 64 bytes; got "
+          .. repr(why) .. ")", 0)
+  end
+  return why
+end
+
+-- the user's verdict on a failure: true, or false, reason
+local function user_verdict(st, err, res)
+  local ropts = st.ropts
+  local retry_on = ropts and ropts.retry_on
+  if not retry_on then return true end
+  local yes, why = retry_on(err, st.attempt, res)
+  if yes then return true end
+  return false, stop_reason(st.door.who, why)
+end
+
+-- the server's hint for this failure: the door's (read from the
+-- response), else the hook's; checked
+local function hint_of(st, err, res, hint)
+  local name = "server_hint"
+  if hint == nil then
+    local ropts = st.ropts
+    local f = ropts and ropts.server_hint
+    if not f and ropts and ropts.retry_after then
+      f, name = ropts.retry_after, "retry_after"
+    end
+    if f then hint = f(err, st.attempt, res) end
+    if hint == false then hint = nil end
+  end
+  if hint ~= nil and not (type(hint) == "number" and hint >= 0
+                          and hint < huge) then
+    error(st.door.who .. ": ropts." .. name .. " must return nil or a "
+          .. "finite number >= 0 (got " .. repr(hint) .. ")", 0)
+  end
+  return hint
+end
+
+--- E.record(st, ok, seconds): the current attempt's outcome, told to
+-- the budget and the breaker (seconds: how long it took, for the
+-- breaker's slow calls; nil: measured from st.ts)
+function E.record(st, ok, seconds)
+  local bud, br = st.bud, st.br
+  if bud then tell_budget(bud, ok, st.attempt, st.paid, st.cost) end
+  st.owed = nil
+  if br then
+    if seconds == nil and st.ts then seconds = elapsed_since(st.ts, st.b) end
+    br:record(ok, st.ticket, seconds)
+    st.ticket = nil
+  end
+end
+
+-- what the next retry withdraws: retry_cost's answer, else the
+-- budget's throttle_cost after a hint, else its own cost
+local function cost_of(st, err, res, hint)
+  local ropts = st.ropts
+  local f = ropts and ropts.retry_cost
+  if f then
+    local cost = f(err, st.attempt, res)
+    if cost ~= nil and not (type(cost) == "number" and cost >= 0
+                            and cost <= 2 ^ 53 and cost % 1 == 0) then
+      error(st.door.who .. ": ropts.retry_cost must return nil or an "
+            .. "integer >= 0 and <= 2^53 (got " .. repr(cost) .. ")", 0)
+    end
+    return cost
+  end
+  if hint ~= nil and st.throttle then return st.throttle end
+  return st.cost
+end
+
+--- E.pay(st, cost) -> true | false: withdraw a retry from the budget
+-- (none: true); st.paid is the cost asked (nil: the budget's own), and
+-- st.owed says a withdrawal is there to give back
+function E.pay(st, cost)
+  local bud = st.bud
+  if not bud then return true end
+  if not bud:withdraw(cost) then return false end
+  st.paid, st.owed = cost, true
+  return true
+end
+
+--- E.refund(st): a retry paid for is not made: give back what it took
+function E.refund(st)
+  local bud = st.bud
+  if st.owed and bud and bud.deposit then bud:deposit(st.paid or st.cost) end
+  st.owed = nil
+end
+
+--- E.left(st, now) -> seconds before the deadline (nil: no deadline)
+function E.left(st, now)
+  local deadline = st.deadline
+  if not deadline then return nil end
+  return deadline - (now or core_now(st.b))
+end
+
+--- E.too_late(st, left) -> the attempt must not start
+function E.too_late(st, left)
+  return left ~= nil and (left <= 0 or left < st.min_attempt)
+end
+
+--- E.try_timeout(st, t, left) -> the next attempt's timeout: the
+-- policy's (t, or the last one), never past the deadline; with a
+-- deadline and no per-try timeout, the time left where the door asks
+function E.try_timeout(st, t, left)
+  local timeout = t
+  if timeout == nil then timeout = st.timeout end
+  if left ~= nil then
+    if timeout == nil then
+      if st.door.left_timeout then timeout = left end
+    elseif timeout > left then
+      timeout = left
+    end
+  end
+  return timeout
+end
+
+------------------------------------------------------------------------
+-- the decision after a failure, and the next attempt's start
+
+--- E.failed(st, err, res, hint, stop) -> delay, t | nil, reason.  The
+-- current attempt failed with err (res: the door's response; hint: the
+-- door's hint; stop: the door's own reason not to retry).  Records the
+-- failure, decides, pays; delay is the wait before the next attempt, t
+-- the policy's timeout for it.
+function E.failed(st, err, res, hint, stop)
+  if stop then                          -- the door's rule: an upstream
+    E.record(st, false)                 -- failure, not retried
+    return nil, stop
+  end
+  local yes, why = user_verdict(st, err, res)
+  if not yes then                       -- the caller's error, not the
+    E.release(st)                       -- upstream's: nothing recorded
+    return nil, why
+  end
+  E.record(st, false)
+  hint = hint_of(st, err, res, hint)
+  if hint and st.max_hint and hint > st.max_hint then
+    return nil, "retry_after"
+  end
+  local now = core_now(st.b)
+  local delay, t, own = core_failure(st.b, now, hint)
+  if delay == nil then return nil, t end
+  if own > delay and not (st.ropts and st.ropts.reference_delays) then
+    delay = own
+  end
+  return E.decide(st, err, res, hint, now, delay, t)
+end
+
+--- E.release(st): the current attempt's breaker ticket, unused
+function E.release(st)
+  local br, ticket = st.br, st.ticket
+  st.ticket = nil
+  if br and ticket ~= nil then br:release(ticket) end
+end
+
+-- the rest of E.failed: the wait is known
+function E.decide(st, err, res, hint, now, delay, t)
+  if st.no_sleep and delay > 0 then     -- before anything is paid for
+    phase.wait_error(st.door.who, st.no_sleep, delay, phase.NO_YIELD
+      .. "pass ropts.sleep, or retry from a timer (ngx.timer.at)")
+  end
+  if E.too_late(st, E.left(st, now + delay)) then
+    return nil, "max_actual_duration"
+  end
+  local br = st.br
+  if br and not br:allows() then return nil, "circuit_open" end
+  if not E.pay(st, cost_of(st, err, res, hint)) then return nil, "budget" end
+  local on_retry = st.ropts and st.ropts.on_retry
+  if on_retry then on_retry(err, delay, st.attempt, res) end
+  if hint then st.hints = st.hints + 1 end
+  return delay, t
+end
+
+--- E.next(st, t) -> attempt, timeout | nil, reason: after the wait,
+-- the next attempt starts (the deadline looked at again: sleeps
+-- overshoot; the breaker asked for it).  t: the policy's timeout.
+function E.next(st, t)
+  local now = core_now(st.b)
+  local left = E.left(st, now)
+  if E.too_late(st, left) then
+    E.refund(st)
+    return nil, "max_actual_duration"
+  end
+  local br = st.br
+  if br then
+    local ok, ticket = br:allow()
+    if not ok then
+      E.refund(st)
+      return nil, "circuit_open"
+    end
+    st.ticket = ticket
+  end
+  local attempt = st.attempt + 1
+  local timeout = E.try_timeout(st, t, left)
+  st.attempt, st.timeout, st.ts = attempt, timeout, br and now or st.ts
+  return attempt, timeout
+end
+
+------------------------------------------------------------------------
+-- a door that cannot wait (the balancer): the next attempt is granted
+-- while the current one runs, and paid for then
+
+--- E.reserve(st, timeout) -> true | nil, reason: may attempt
+-- st.attempt + 1 be made if the current one (with this timeout) fails?
+-- Then its retry is paid now (st.prepaid): the budget's bound holds
+-- whatever number of requests are in flight.
+function E.reserve(st, timeout)
+  if st.prepaid then return true end
+  if st.max_attempts > 0 and st.attempt >= st.max_attempts then
+    return nil, "max_attempts"
+  end
+  local left = E.left(st)
+  if left and left - (timeout or 0) < st.min_attempt then
+    return nil, "max_actual_duration"
+  end
+  local br = st.br
+  if br and not br:allows() then return nil, "circuit_open" end
+  local bud = st.bud
+  if bud and not bud:withdraw(st.cost) then return nil, "budget" end
+  st.prepaid = true
+  return true
+end
+
+--- E.unreserve(st): the attempt paid for ahead was not made (the
+-- request ended before it): give its retry back
+function E.unreserve(st)
+  if not st.prepaid then return end
+  st.prepaid = nil
+  local bud = st.bud
+  if bud and bud.deposit then bud:deposit(st.cost) end
+end
+
+--- E.retry_now(st) -> timeout | nil, reason: the current attempt
+-- failed and the next starts now, without a wait (the balancer: nginx
+-- started it).  Paid ahead (E.reserve): it goes ahead whatever the
+-- policy says now (a granted try is never refused).  Not paid ahead:
+-- decided here, as a retry would be.
+function E.retry_now(st)
+  E.record(st, false)
+  local now = core_now(st.b)
+  local delay, t = core_failure(st.b, now)
+  local left = E.left(st, now)
+  if st.prepaid then
+    st.prepaid, st.paid, st.owed = nil, st.cost, true
+    if delay == nil then t = nil end
+  else
+    if delay == nil then return nil, t end
+    if E.too_late(st, left) then return nil, "max_actual_duration" end
+    local br = st.br
+    if br and not br:allows() then return nil, "circuit_open" end
+    if not E.pay(st, st.cost) then return nil, "budget" end
+  end
+  local br = st.br
+  if br then
+    local _, ticket = br:allow()
+    st.ticket = ticket
+  end
+  st.attempt = st.attempt + 1
+  st.timeout = E.try_timeout(st, t, left)
+  st.ts = now
+  return st.timeout
+end
+
+--- E.succeeded(st, res1): the current attempt succeeded
+function E.succeeded(st, res1)
+  if not st.ready then return E.first_success(st, res1) end
+  E.record(st, true)
+  local ropts = st.ropts
+  if ropts and (ropts.metrics or ropts.on_success) then
+    E.ended_well(ropts, st.attempt, st.hints, st.t0, st.b, res1)
+  end
+end
+
+--- E.gave_up(st, err, reason, res): the run ends without success
+function E.gave_up(st, err, reason, res)
+  local ropts = st.ropts
+  if ropts and (ropts.metrics or ropts.on_giveup) then
+    E.ended_badly(ropts, err, reason, st.attempt, st.hints, res)
+  end
+end
+
+return E

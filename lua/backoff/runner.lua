@@ -1,0 +1,144 @@
+-- backoff.runner: the door of backoff.retry, b:retry and backoff.wrap
+-- (internal: the face, lua/backoff.lua, exports them).
+--
+-- The door makes the attempts and waits; lua/backoff/engine.lua
+-- decides.  It is Lua, not C, and calls fn and the sleep directly,
+-- never through a C function, so both may yield (ngx.sleep, cosockets,
+-- a coroutine scheduler) on every Lua, LuaJIT included.
+--
+-- fn is called unprotected: an error it raises is a bug, not an
+-- outage, and reaches the caller as it was raised, its traceback whole.
+-- With ropts.retry_raised it is a failure like nil, err, and its err
+-- carries the traceback (a string error gets it appended).
+
+local engine = require "backoff.engine"
+local setup = require "backoff.setup"
+local util = require "backoff.util"
+local check = require "backoff.check"
+
+local select, setmetatable, type, unpack =
+      select, setmetatable, type, table.unpack or unpack
+local is_backoff, callable, raise = util.is_backoff, util.callable, check.raise
+
+local WHO = "backoff.retry"
+local USAGE = "; usage: backoff.retry(policy, fn [, ropts])"
+local DOOR = { who = WHO, waits = true }
+local check_ropts = check.validator(WHO, setup.RULES)
+
+local call, protect = setup.call, setup.protect
+
+------------------------------------------------------------------------
+-- after the first failure: the engine decides, the door waits
+
+local after
+
+-- the current attempt failed with err: the next one, or give up
+local function failed(st, fn, err)
+  local delay, t = engine.failed(st, err)
+  if delay == nil then
+    engine.gave_up(st, err, t)
+    return nil, err, t
+  end
+  st.sleep(delay)
+  local attempt, timeout = engine.next(st, t)
+  if attempt == nil then
+    engine.gave_up(st, err, timeout)
+    return nil, err, timeout
+  end
+  return after(st, fn, call(st, fn, attempt, timeout))
+end
+
+-- the results of attempt 2, 3, ...: passed on, or the next attempt
+after = function(st, fn, r1, ...)
+  if r1 then
+    engine.succeeded(st, r1)
+    return r1, ...
+  end
+  return failed(st, fn, (...))
+end
+
+local state = engine.state
+
+------------------------------------------------------------------------
+-- the first attempt: nothing is built until it fails
+
+-- the fast path's results: a bounded template without a deadline, and
+-- no ropts
+local function after_plain(policy, fn, r1, ...)
+  if r1 then return r1, ... end
+  local st = engine.begin(DOOR, policy, setup.facts(policy))
+  return failed(state(st), fn, (...))
+end
+
+-- the results of the first attempt, with ropts or a deadline
+local function after_first(st, fn, r1, ...)
+  if r1 then
+    engine.succeeded(st, r1)
+    return r1, ...
+  end
+  return failed(state(st), fn, (...))
+end
+
+-- Everything about the arguments that the fast path does not settle:
+-- the policy first (backoff.retry(fn) forgot it), then fn and ropts.
+local function arguments(method, policy, fn, ropts)
+  if method and not is_backoff(policy) then
+    raise("bad argument #1 to 'retry' (backoff.Backoff expected, got "
+          .. type(policy) .. ")")
+  end
+  local f, b = setup.policy(WHO, policy, USAGE)
+  if not callable(fn) then
+    raise(WHO .. ": argument 'fn' must be a function (got " .. type(fn)
+          .. ")" .. USAGE)
+  end
+  ropts = check_ropts(ropts)
+  setup.need_stop(WHO, f, ropts)
+  return f, b, ropts
+end
+
+-- hot[1]: the last template seen bounded and without a deadline (one
+-- array slot is cheaper to compare than a hash lookup, and LuaJIT keeps
+-- it out of its loops); weak: it keeps nothing alive
+local hot = setmetatable({}, { __mode = "v" })
+
+local function first(method, policy, fn, ropts)
+  local f, b
+  f, b, ropts = arguments(method, policy, fn, ropts)
+  if ropts == nil and not f.duration and b == nil then
+    if type(fn) == "function" then hot[1] = policy end
+    return after_plain(policy, fn, fn(1))
+  end
+  local st, reason = engine.begin(DOOR, policy, f, b, ropts)
+  if not st then return nil, nil, reason end
+  if ropts ~= nil and ropts.retry_raised then
+    return after_first(st, fn, protect(fn, 1, st.timeout))
+  end
+  return after_first(st, fn, fn(1, st.timeout))
+end
+
+-- backoff.retry (method = false) and b:retry (method = true)
+local function runner(method)
+  return function(policy, fn, ropts)
+    if hot[1] == policy and ropts == nil and type(fn) == "function" then
+      return after_plain(policy, fn, fn(1))       -- the common case
+    end
+    return first(method, policy, fn, ropts)
+  end
+end
+
+local M = { retry = runner(false), method = runner(true) }
+local retry = M.retry
+
+--- backoff.wrap(policy, fn [, ropts]) -> a function that runs fn with
+-- its own arguments under backoff.retry: the results of fn, or nil,
+-- err, reason.  Checked now, as backoff.retry would check them.
+function M.wrap(policy, fn, ropts)
+  arguments(false, policy, fn, ropts)
+  return function(...)
+    local n, args = select("#", ...), { ... }
+    return retry(policy, function() return fn(unpack(args, 1, n)) end,
+                 ropts)
+  end
+end
+
+return M
