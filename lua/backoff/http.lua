@@ -22,21 +22,24 @@
 --     OPTIONS TRACE PUT DELETE are; or an Idempotency-Key header; or
 --     opts.idempotent) is retried only after a failure that certainly
 --     did not reach the server; otherwise it gives up at once with
---     reason "not_idempotent".
+--     reason "not_idempotent".  The method is never guessed: without
+--     `method` (or `idempotent`) request raises.
+--   * a final 5xx (not retryable) is returned as it came, and counted
+--     as a failure (reason "error_status"), never as a success.
+--
+-- The door makes the tries and waits; lua/backoff/engine.lua decides.
 
-local backoff = require "backoff"
-local hint_mod = require "backoff.http.hint"
+local engine = require "backoff.engine"
+local setup = require "backoff.setup"
+local check = require "backoff.check"
 local util = require "backoff.util"
+local hint_mod = require "backoff.http.hint"
 
-local core = require "backoff.core"
-local repr, core_now = core._repr, core._now
-local backoff_mt = core._metatable
-
-local error, floor, getmetatable, ipairs, max, next, pairs, pcall,
-      rawget, setmetatable, tostring, type =
-      error, math.floor, getmetatable, ipairs, math.max, next, pairs, pcall,
-      rawget, setmetatable, tostring, type
+local error, floor, ipairs, max, next, pairs, pcall, setmetatable, type =
+      error, math.floor, ipairs, math.max, next, pairs, pcall, setmetatable,
+      type
 local find, lower = string.find, string.lower
+local repr, raise = util.repr, check.raise
 
 local M = {
   hint = hint_mod.hint,
@@ -122,40 +125,20 @@ local not_sent = M.not_sent
 ------------------------------------------------------------------------
 -- per-try timeouts
 
-local SIDES = { connect = true, send = true, read = true }
-
--- nil when f is nil or good factors, else what is wrong
-local function factors_problem(f)
-  if f == nil then return nil end
-  if type(f) ~= "table" then
-    return "a table of factors expected, got " .. type(f)
-  end
-  for k, v in next, f do          -- read raw: no metamethod runs
-    if not SIDES[k] or v ~= false and (type(v) ~= "number"
-                                       or not (v > 0 and v < 1 / 0)) then
-      return "takes connect, send and read: a factor > 0 or false; got "
-             .. repr(k) .. " = " .. repr(v)
-    end
-  end
-  return nil
+-- the table handed to do_request; factors already checked.  Whole
+-- milliseconds, at least 1, at most the longest timeout nginx takes (a
+-- huge timeout x 1000 would otherwise overflow to inf).
+local MAX_MS = util.MAX_TIMEOUT_MS
+local function ms(s)
+  if s == nil then return nil end
+  local v = s * 1000
+  if v >= MAX_MS then return MAX_MS end
+  return max(1, floor(v))
 end
 
--- the table handed to do_request; factors already checked.  At most
--- the longest timeout nginx takes (a huge timeout x 1000 would
--- otherwise overflow to inf).
-local MAX_MS = util.MAX_TIMEOUT_MS
-local function make_timeouts(timeout, f)
-  f = f or SIDES
-  local function ms(side)
-    local x = rawget(f, side)
-    if x == false then return nil end
-    if x == nil or x == true then x = 1 end
-    local v = timeout * x * 1000
-    if v >= MAX_MS then return MAX_MS end
-    return max(1, floor(v))
-  end
-  return { connect = ms("connect"), send = ms("send"), read = ms("read"),
-           timeout = timeout }
+local function make_timeouts(timeout, factors)
+  local c, s, r = util.sides(timeout, factors)
+  return { connect = ms(c), send = ms(s), read = ms(r), timeout = timeout }
 end
 
 --- timeouts(timeout [, factors]) -> { connect, send, read (ms), timeout
@@ -169,7 +152,7 @@ function M.timeouts(timeout, factors)
     error("bad argument #1 to 'timeouts' (a finite number > 0 or nil "
           .. "expected, got " .. repr(timeout) .. ")", 2)
   end
-  local problem = factors_problem(factors)
+  local problem = util.factors_problem(factors)
   if problem then
     error("bad argument #2 to 'timeouts' (" .. problem .. ")", 2)
   end
@@ -179,152 +162,106 @@ end
 ------------------------------------------------------------------------
 -- options of request
 
+local WHO = "backoff.http.request"
+local USAGE = "; usage: backoff.http.request(policy, do_request [, opts])"
+local DOOR = { who = WHO, waits = true, left_timeout = true }
+
 local DEFAULT_STATUSES = { [408] = true, [429] = true, [502] = true,
                            [503] = true, [504] = true }
 local DEFAULT_MAX_HINT = 60
 
-local HTTP_KEYS = { method = true, headers = true, idempotent = true,
-                    statuses = true, max_hint = true, timeouts = true }
-
--- option errors are raised at level 0 inside a pcall, and raised again
--- by request at its caller
-local function bad_opt(msg, v)
-  error("backoff.http.request: option " .. msg .. " (got " .. repr(v)
-        .. ")", 0)
-end
-
--- statuses: a list of codes, or a set { [503] = true }
+-- statuses: a list of codes, or a set { [503] = true }; nil, the
+-- offending value and what it should be when it is neither
 local function status_set(v)
-  if type(v) ~= "table" then
-    bad_opt("'statuses' must be a list of status codes", v)
-  end
+  if type(v) ~= "table" then return nil, v, "a list of status codes" end
   local set = {}
-  local function add(code)
+  for k, x in next, v do
+    local code = x
+    if x == true then code = k
+    elseif not (type(k) == "number" and k == floor(k) and k >= 1) then
+      return nil, x, "a list of status codes or a set { [code] = true }"
+    end
     if type(code) ~= "number" or code ~= floor(code) or code < 100
        or code > 599 then
-      bad_opt("'statuses' must hold status codes from 100 to 599", code)
+      return nil, code, "status codes from 100 to 599"
     end
     set[code] = true
-  end
-  for k, x in next, v do
-    if x == true then add(k)
-    elseif type(k) == "number" and k == floor(k) and k >= 1 then add(x)
-    else bad_opt("'statuses' must be a list of status codes or a set "
-                 .. "{ [code] = true }", x) end
   end
   return set
 end
 
--- opts -> the HTTP settings and the runner's own options (ropts)
-local function compile(opts)
-  if opts == nil then opts = {} end
-  if type(opts) ~= "table" then
-    error("bad argument #3 to 'request' (table or nil expected for "
-          .. "'opts', got " .. type(opts) .. ")", 0)
+-- a rule whose test is f(v) -> ok, and whose message says what f says
+local function rule(f, text)
+  local r = check.custom(text, function(v) return (f(v)) ~= nil end)
+  r.fail = function(ctor, k, v)
+    local _, bad, want = f(v)
+    if bad == nil then bad = v end
+    check.fail(ctor, k, want or text, bad)
   end
-  local o, ropts = { statuses = DEFAULT_STATUSES,
-                     max_hint = DEFAULT_MAX_HINT }, {}
-  for k, v in next, opts do       -- read raw: no metamethod runs
-    if k == "retry_after" then
-      error("backoff.http.request: option 'retry_after' is not taken: the "
-            .. "hint comes from the response's headers (see max_hint)", 0)
-    elseif HTTP_KEYS[k] then
-      o[k] = v
-    else
-      ropts[k] = v
-    end
-  end
-  local method = o.method
-  if method == nil then method = "GET" end
-  local name, want = method_name(method)
-  if not name then bad_opt("'method' must be " .. want, method) end
-  if o.headers ~= nil and type(o.headers) ~= "table" then
-    bad_opt("'headers' must be a table (the request's headers)", o.headers)
-  end
-  if o.idempotent ~= nil and type(o.idempotent) ~= "boolean" then
-    bad_opt("'idempotent' must be a boolean", o.idempotent)
-  end
-  if rawget(opts, "statuses") ~= nil then
-    o.statuses = status_set(rawget(opts, "statuses"))
-  end
-  local mh = o.max_hint
-  if type(mh) ~= "number" or not (mh >= 0 and mh < 1 / 0) then
-    bad_opt("'max_hint' must be a finite number >= 0 (seconds)", mh)
-  end
-  local problem = factors_problem(o.timeouts)
-  if problem then
-    error("backoff.http.request: option 'timeouts' " .. problem, 0)
-  end
-  if o.idempotent == nil then
-    o.idem = idempotent(name, o.headers)
-  else
-    o.idem = o.idempotent
-  end
-  local ok, err = pcall(backoff._check_ropts, ropts)
-  if not ok then
-    error((tostring(err):gsub("^backoff%.retry:", "backoff.http.request:")),
-          0)
-  end
-  return o, ropts
+  return r
 end
 
--- the policy with max_hint (the smaller of its own and the given one),
--- and the facts about its deadline: { duration, start }.  Derived
--- templates are kept per policy object and max_hint (weak).
-local derived = setmetatable({}, { __mode = "k" })
+local function refused(msg)
+  local r = check.custom("", function() return false end)
+  r.fail = function() raise(WHO .. ": option " .. msg) end
+  return r
+end
 
-local function with_max_hint(policy, max_hint)
-  local is_obj = type(policy) == "userdata"
-                 and getmetatable(policy) == backoff_mt
-  if not is_obj and type(policy) ~= "table" then
-    error("bad argument #1 to 'request' (a backoff object or an options "
-          .. "table expected for 'policy', got " .. type(policy) .. ")", 0)
+local check_opts = check.validator(WHO, setup.rules {
+  method = rule(function(v)
+    local name, want = method_name(v)
+    return name, v, want
+  end, "a method"),
+  headers = check.custom("a table (the request's headers)", function(v)
+    return type(v) == "table" end),
+  idempotent = check.boolean(),
+  statuses = rule(status_set, "a list of status codes"),
+  timeouts = setup.timeouts_rule(),
+  -- the hint comes from the response's headers
+  retry_after = refused("'retry_after' is not taken: the hint comes from "
+                        .. "the response's headers (see max_hint)"),
+  server_hint = refused("'server_hint' is not taken: the hint comes from "
+                        .. "the response's headers (see max_hint)"),
+})
+
+-- a statuses table compiled once (weak: by the caller's table)
+local compiled = setmetatable({}, { __mode = "k" })
+local function statuses_of(v)
+  if v == nil then return DEFAULT_STATUSES end
+  local set = compiled[v]
+  if set == nil then
+    set = status_set(v)
+    compiled[v] = set
   end
-  if is_obj then
-    local by = derived[policy]
-    if not by then
-      by = {}
-      derived[policy] = by
+  return set
+end
+
+-- the request's settings from opts (checked): may it be retried after
+-- it reached the server, and which statuses are retried
+local function settings(opts)
+  local method, idem = opts.method, opts.idempotent
+  if idem == nil then
+    if method == nil then
+      raise(WHO .. ": option 'method' is required: the method decides "
+        .. "whether a request that reached the server may be sent again "
+        .. "(GET, HEAD, OPTIONS, TRACE, PUT and DELETE may; POST and PATCH "
+        .. "may not, unless an Idempotency-Key header is set); or say "
+        .. "idempotent = true or false")
     end
-    local d = by[max_hint]
-    if d then return d[1], d[2] end
+    idem = idempotent(method_name(method), opts.headers)
   end
-  local c
-  if is_obj then
-    c = policy:config()
-  else
-    if type(rawget(policy, "strategy")) ~= "string" then
-      error("backoff.http.request: policy table needs a 'strategy' field",
-            0)
-    end
-    c = {}
-    for k, v in next, policy do c[k] = v end
-  end
-  -- a bad max_hint of a policy table stays, for backoff.new to refuse
-  local own = c.max_hint
-  if own == nil or type(own) == "number" and own > max_hint
-     and own < 1 / 0 then
-    c.max_hint = max_hint
-  end
-  local ok, b = pcall(backoff.new, c.strategy, c)
-  if not ok then error(b, 0) end
-  local facts = false
-  local dur = b:config().max_actual_duration
-  if dur and dur > 0 then facts = { duration = dur, start = c.start } end
-  if is_obj then derived[policy][max_hint] = { b, facts } end
-  return b, facts
+  return idem, statuses_of(opts.statuses)
 end
 
 ------------------------------------------------------------------------
 -- one request
 
--- a failed try: err (string or the client's error), status and res
--- (for a retryable status), stage, sent, hint
-local Failure = {}
-Failure.__index = Failure
-
--- the first value do_request returned, judged: a success is passed on
--- as it came; a failure becomes nil, a Failure
+-- The first value do_request returned, judged:
+--   "ok": the result as it came (a status not retried, < 500)
+--   "error_status", err: the result as it came, a 5xx not retried
+--   "fail", err, res, hint, sent: a retryable status or a transport
+--     failure
+--   "bad", message: not a response at all
 local function judge(st, r1, ...)
   local status, headers
   local t = type(r1)
@@ -335,9 +272,8 @@ local function judge(st, r1, ...)
       return r1.status, hs
     end)
     if not ok or type(s) ~= "number" then
-      st.fatal = "do_request returned a table without a numeric 'status' "
-                 .. "(got " .. repr(ok and s or nil) .. ")"
-      return nil, setmetatable({ err = st.fatal }, Failure)
+      return "bad", "do_request returned a table without a numeric "
+                    .. "'status' (got " .. repr(ok and s or nil) .. ")"
     end
     status, headers = s, h
   elseif t == "number" then
@@ -345,112 +281,89 @@ local function judge(st, r1, ...)
   elseif r1 == nil or r1 == false then
     local err, stage = ...
     if stage ~= nil and type(stage) ~= "string" then stage = nil end
-    local f = setmetatable({ err = err, stage = stage,
-                             sent = not not_sent(err, stage) }, Failure)
-    return nil, f
+    return "fail", err, nil, nil, not not_sent(err, stage)
   else
-    st.fatal = "do_request must return a response (a table with a "
-               .. "status), a status number, or nil and an error (got "
-               .. repr(r1) .. ")"
-    return nil, setmetatable({ err = st.fatal }, Failure)
+    return "bad", "do_request must return a response (a table with a "
+                  .. "status), a status number, or nil and an error (got "
+                  .. repr(r1) .. ")"
   end
   if status ~= floor(status) or status < 100 or status > 999 then
-    st.fatal = "do_request returned a bad status " .. repr(status)
-    return nil, setmetatable({ err = st.fatal }, Failure)
+    return "bad", "do_request returned a bad status " .. repr(status)
   end
-  if not st.o.statuses[status] then return r1, ... end
+  if not st.statuses[status] then
+    if status >= 500 then return "error_status", "HTTP " .. status end
+    return "ok"
+  end
   if type(headers) ~= "table" then headers = nil end
-  local h = headers and hint_of(headers, status)
-  return nil, setmetatable({ err = "HTTP " .. status, status = status,
-    res = r1, sent = true, hint = h }, Failure)
+  return "fail", "HTTP " .. status, r1, headers and hint_of(headers, status),
+         true
 end
 
--- the try's timeouts: the runner's per-try timeout, else (a deadline
--- without per-try timeouts) the time left
-local function try_timeouts(st, attempt, timeout)
-  local facts = st.facts
-  if timeout == nil and facts then
-    local now = core_now(st.policy)
-    if attempt == 1 then st.t0 = now end
-    timeout = (facts.start or st.t0) + facts.duration - now
-    if timeout <= 0 then timeout = 0.001 end
-  end
+-- the try's timeouts for do_request
+local function timeouts_of(st, timeout)
   if timeout == nil then return nil end
-  return make_timeouts(timeout, st.o.timeouts)
+  return make_timeouts(timeout, st.ropts.timeouts)
 end
 
--- the runner's failure value: a Failure, or what do_request raised
-local function failure_of(err)
-  if getmetatable(err) == Failure then return err end
-  return setmetatable({ err = err, sent = true, raised = true }, Failure)
+local after
+
+-- try st.attempt failed: the next one, or give up with the last error
+-- and response
+local function failed(st, do_request, err, res, hint, sent)
+  if not st.ready then
+    engine.state(st)
+    st.max_hint = st.ropts.max_hint or DEFAULT_MAX_HINT
+  end
+  local stop = sent and not st.idem and "not_idempotent" or nil
+  local delay, t = engine.failed(st, err, res, hint, stop)
+  if delay == nil then
+    engine.gave_up(st, err, t, res)
+    return nil, err, t, res
+  end
+  st.sleep(delay)
+  local attempt, timeout = engine.next(st, t)
+  if attempt == nil then
+    engine.gave_up(st, err, timeout, res)
+    return nil, err, timeout, res
+  end
+  return after(st, do_request,
+               setup.call(st, do_request, attempt, timeouts_of(st, timeout)))
 end
 
--- the user's hooks get err, ..., res instead of the Failure
-local function wrap_hooks(st, ropts)
-  local on_retry, on_giveup, retry_on = ropts.on_retry, ropts.on_giveup,
-                                        ropts.retry_on
-  ropts.retry_on = function(err, attempt)
-    local f = failure_of(err)
-    st.last = f
-    if st.fatal then return false, "bad_response" end
-    if f.sent and not st.o.idem then return false, "not_idempotent" end
-    if retry_on then
-      local yes, why = retry_on(f.err, attempt, f.res)
-      if not yes then return false, why end
-    end
-    return true
+-- the results of a try: passed on, or the next try
+after = function(st, do_request, r1, ...)
+  local kind, err, res, hint, sent = judge(st, r1, ...)
+  if kind == "ok" then
+    engine.succeeded(st, r1)
+    return r1, ...
+  elseif kind == "fail" then
+    return failed(st, do_request, err, res, hint, sent)
+  elseif kind == "bad" then
+    error(WHO .. ": " .. err, 0)
   end
-  ropts.retry_after = function(err)
-    return failure_of(err).hint
-  end
-  if on_retry then
-    ropts.on_retry = function(err, delay, attempt)
-      local f = failure_of(err)
-      return on_retry(f.err, delay, attempt, f.res)
-    end
-  end
-  if on_giveup then
-    ropts.on_giveup = function(err, reason, attempts)
-      local f = err ~= nil and failure_of(err) or nil
-      return on_giveup(f and f.err, reason, attempts, f and f.res)
-    end
-  end
-end
-
--- the runner's results: a success as it came; a give-up as
--- nil, err, reason, res
-local function results(st, r1, ...)
-  if r1 then return r1, ... end
-  if st.fatal then error("backoff.http.request: " .. st.fatal, 2) end
-  local err, reason = ...
-  if err == nil then return nil, nil, reason end
-  local f = failure_of(err)
-  return nil, f.err, reason, f.res
+  -- a final 5xx: the response as it came, counted as a failure
+  if not st.ready then engine.state(st) end
+  engine.record(st, false)
+  engine.gave_up(st, err, "error_status", r1)
+  return r1, ...
 end
 
 --- request(policy, do_request [, opts]) -> the response as do_request
 -- returned it | nil, err, reason, res
--- compile and with_max_hint, their errors raised at the caller of request
-local function setup(policy, opts)
-  local o, ropts = compile(opts)
-  return o, ropts, with_max_hint(policy, o.max_hint)
-end
-
 function M.request(policy, do_request, opts)
-  local mt = getmetatable(do_request)
-  if type(do_request) ~= "function"
-     and not (type(mt) == "table" and mt.__call ~= nil) then
-    error("bad argument #2 to 'request' (a function expected for "
-          .. "'do_request', got " .. type(do_request) .. ")", 2)
+  local f, b = setup.policy(WHO, policy, USAGE)
+  if not util.callable(do_request) then
+    raise(WHO .. ": argument 'do_request' must be a function (got "
+          .. type(do_request) .. ")" .. USAGE)
   end
-  local ok, o, ropts, p, facts = pcall(setup, policy, opts)
-  if not ok then error(o, 2) end
-  local st = { o = o, policy = p, facts = facts }
-  wrap_hooks(st, ropts)
-  return results(st, backoff.retry(p, function(attempt, timeout)
-    return judge(st, do_request(attempt,
-                                try_timeouts(st, attempt, timeout)))
-  end, ropts))
+  opts = check_opts(opts) or {}
+  local idem, statuses = settings(opts)
+  setup.need_stop(WHO, f, opts)
+  local st, reason = engine.begin(DOOR, policy, f, b, opts)
+  if not st then return nil, nil, reason end
+  st.idem, st.statuses = idem, statuses
+  return after(st, do_request,
+               setup.call(st, do_request, 1, timeouts_of(st, st.timeout)))
 end
 
 -- the defaults, for the docs' sake and tests: fresh copies
