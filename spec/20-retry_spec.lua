@@ -24,8 +24,8 @@ end
 describe("backoff.retry", function()
   it("returns every result of the first success", function()
     local slept, sleep = recorder()
-    local a, b, c = backoff.retry(backoff.constant { delay = 1 }, flaky(0),
-      { sleep = sleep })
+    local a, b, c = backoff.retry(backoff.constant { delay = 1,
+      max_attempts = 3 }, flaky(0), { sleep = sleep })
     assert.same({ "ok", 1, "extra" }, { a, b, c })
     assert.same({}, slept)
   end)
@@ -33,7 +33,8 @@ describe("backoff.retry", function()
   it("retries failures, sleeping each delay of the policy", function()
     local slept, sleep = recorder()
     local seen = {}
-    local policy = backoff.exponential { initial_delay = 1, max_delay = 5 }
+    local policy = backoff.exponential { initial_delay = 1, max_delay = 5,
+                                        max_attempts = 10 }
     local r, attempt = backoff.retry(policy, flaky(4), { sleep = sleep,
       on_retry = function(err, delay, n)
         seen[#seen + 1] = { err, delay, n }
@@ -45,11 +46,12 @@ describe("backoff.retry", function()
     assert.same({ "fail 4", 5, 4 }, seen[4])
   end)
 
-  it("counts a raised error as a failure and keeps the error value",
-    function()
+  it("counts a raised error as a failure with retry_raised, and keeps "
+     .. "the error value", function()
       local errs = {}
-      local r = backoff.retry({ strategy = "constant", delay = 0 },
-        flaky(3, true), { sleep = function() end,
+      local r = backoff.retry({ strategy = "constant", delay = 0,
+                                max_attempts = 5 },
+        flaky(3, true), { sleep = function() end, retry_raised = true,
           on_retry = function(e) errs[#errs + 1] = e end })
       assert.equal("ok", r)
       assert.same({ code = 2 }, errs[2])
@@ -69,8 +71,8 @@ describe("backoff.retry", function()
   it("stops at once when retry_on says no", function()
     local slept, sleep = recorder()
     local asked = {}
-    local r, err, reason = backoff.retry(backoff.constant { delay = 1 },
-      flaky(10), { sleep = sleep, retry_on = function(e, n)
+    local r, err, reason = backoff.retry(backoff.constant { delay = 1,
+      max_attempts = 10 }, flaky(10), { sleep = sleep, retry_on = function(e, n)
         asked[#asked + 1] = { e, n }
         return n < 2
       end })
@@ -88,7 +90,7 @@ describe("backoff.retry", function()
   end)
 
   it("is also the method b:retry", function()
-    local b = backoff.constant { delay = 0 }
+    local b = backoff.constant { delay = 0, max_attempts = 3 }
     assert.equal("ok", (b:retry(flaky(2), { sleep = function() end })))
     assert.has_error(function() b.retry({}, flaky(0)) end)
   end)
@@ -110,7 +112,8 @@ describe("backoff.retry", function()
 
   it("passes nil timeouts when the policy has none", function()
     local got = "unset"
-    backoff.retry(backoff.constant { delay = 0 }, function(_, t)
+    backoff.retry(backoff.constant { delay = 0, max_attempts = 2 },
+      function(_, t)
       got = t
       return true
     end)
@@ -119,13 +122,13 @@ describe("backoff.retry", function()
 
   it("sleeps for real with backoff.sleep outside OpenResty", function()
     local t0 = backoff.now()
-    assert.equal("ok", (backoff.retry(backoff.constant { delay = 0.01 },
-      flaky(2))))
+    assert.equal("ok", (backoff.retry(backoff.constant { delay = 0.01,
+      max_attempts = 3 }, flaky(2))))
     assert.is_true(backoff.now() - t0 >= 0.019)
   end)
 
   it("rejects bad arguments by name", function()
-    local p = backoff.constant { delay = 0 }
+    local p = backoff.constant { delay = 0, max_attempts = 2 }
     assert.error_matches(function() backoff.retry(p, 42) end,
       "argument 'fn' must be a function", nil, true)
     assert.error_matches(function() backoff.retry(42, flaky(0)) end,
@@ -140,7 +143,8 @@ describe("backoff.retry", function()
       backoff.retry(p, flaky(0), { sleep = 1 })
     end, "option 'sleep' must be a function", nil, true)
     assert.error_matches(function()
-      backoff.retry({ strategy = "constant", delay = -1 }, flaky(0))
+      backoff.retry({ strategy = "constant", delay = -1, max_attempts = 2 },
+        flaky(0))
     end, "option 'delay' must be a finite number >= 0", nil, true)
   end)
 end)
@@ -174,7 +178,7 @@ describe("backoff.retry in coroutines", function()
   local function yielding_sleep(d) coroutine.yield("sleep", d) end
 
   it("lets sleep and fn yield, on every Lua version", function()
-    local policy = backoff.exponential { initial_delay = 1 }
+    local policy = backoff.exponential { initial_delay = 1, max_attempts = 5 }
     local results = {}
     local function task(id, fails)
       return function()
@@ -202,15 +206,18 @@ describe("backoff.retry in coroutines", function()
     assert.is_true(last >= 7 and last < 7.01, last)
   end)
 
-  it("lets fn yield from inside the protected call", function()
-    local co = coroutine.wrap(function()
-      return backoff.retry(backoff.constant { delay = 0 }, function()
-        local v = coroutine.yield("inside")
-        return v
+  it("lets fn yield, protected or not", function()
+    for _, ropts in ipairs { {}, { retry_raised = true } } do
+      local co = coroutine.wrap(function()
+        return backoff.retry(backoff.constant { delay = 0, max_attempts = 2 },
+          function()
+            local v = coroutine.yield("inside")
+            return v
+          end, ropts)
       end)
-    end)
-    assert.equal("inside", co())
-    assert.equal("resumed", co("resumed"))
+      assert.equal("inside", co())
+      assert.equal("resumed", co("resumed"))
+    end
   end)
 
   it("keeps a raised error when fn has yielded first", function()
@@ -219,10 +226,14 @@ describe("backoff.retry in coroutines", function()
         function()
           coroutine.yield()
           error("boom", 0)
-        end, { sleep = function() end })
+        end, { sleep = function() end, retry_raised = true })
     end)
     co()
     co()
-    assert.same({ nil, "boom", "max_attempts" }, { co() })
+    local r, err, reason = co()
+    assert.is_nil(r)
+    assert.equal("max_attempts", reason)
+    -- the message as raised, then fn's traceback
+    assert.equal("boom\nstack traceback:", err:sub(1, 21))
   end)
 end)

@@ -109,6 +109,7 @@ local function run_both(policy_opts, strategy, ropts_extra, guards, seed, n)
     local fn = w.fn(make(n))
     local ropts = { sleep = w.sleep }
     for k, v in pairs(ropts_extra or {}) do ropts[k] = v end
+    if who == "runner" then ropts.retry_raised = true end
     local r
     if who == "reference" then
       ropts.reference_delays, ropts.min_attempt_time = nil, nil
@@ -251,7 +252,8 @@ describe("backoff.retry's happy path", function()
   it("clones nothing, reads no clock and calls no success()", function()
     local reads = 0
     local clock = function() reads = reads + 1; return 0 end
-    local plain = backoff.exponential { initial_delay = 1, clock = clock }
+    local plain = backoff.exponential { initial_delay = 1, clock = clock,
+                                        max_attempts = 3 }
     backoff.retry(plain, function() return true end)  -- facts cached
     reads = 0
     local counts = counting({ "clone", "success", "failure", "timeout" },
@@ -288,7 +290,8 @@ describe("backoff.retry's happy path", function()
 
   it("keeps each template's rules when calls alternate", function()
     local w = world()
-    local plain = backoff.constant { delay = 0, clock = w.clock }
+    local plain = backoff.constant { delay = 0, clock = w.clock,
+                                     max_attempts = 3 }
     local timed = backoff.constant { delay = 0, clock = w.clock,
       max_actual_duration = 4, adjust_timeout_factor = 0.5,
       min_adjust_timeout = 0.1 }
@@ -304,7 +307,7 @@ describe("backoff.retry's happy path", function()
   end)
 
   it("passes every result on, trailing nils included", function()
-    local p = backoff.constant { delay = 0 }
+    local p = backoff.constant { delay = 0, max_attempts = 10 }
     local r = pack(backoff.retry(p, function()
       return "a", nil, false, nil
     end))
@@ -317,7 +320,7 @@ describe("backoff.retry's happy path", function()
   -- each attempt allocates one there
   if not PUC51 then
     it("makes no garbage", function()
-      local p = backoff.exponential { initial_delay = 1 }
+      local p = backoff.exponential { initial_delay = 1, max_attempts = 3 }
       local function ok() return true end
       for _ = 1, 100 do backoff.retry(p, ok) end     -- warm up, JIT
       collectgarbage()
@@ -489,7 +492,7 @@ describe("backoff.retry's default sleep inside nginx", function()
 
   it("sleeps 1 ms for a positive delay under 1 ms", function()
     local slept = fake_ngx()
-    local r = backoff.retry(backoff.constant { delay = 0.0004 },
+    local r = backoff.retry(backoff.constant { delay = 0.0004, max_attempts = 10 },
       function(n) return n == 3 end)
     assert.is_true(r)
     assert.same({ 0.001, 0.001 }, slept)
@@ -497,7 +500,7 @@ describe("backoff.retry's default sleep inside nginx", function()
 
   it("does not call ngx.sleep(0) for a zero delay", function()
     local slept = fake_ngx()
-    local r = backoff.retry(backoff.constant { delay = 0 },
+    local r = backoff.retry(backoff.constant { delay = 0, max_attempts = 10 },
       function(n) return n == 4 end)
     assert.is_true(r)
     assert.same({}, slept)
@@ -528,7 +531,7 @@ describe("backoff.retry never loses a success", function()
       return 0
     end
     for _, opts in ipairs {
-      { initial_delay = 0, clock = clock },
+      { initial_delay = 0, clock = clock, max_attempts = 5 },
       { initial_delay = 0, clock = clock, max_actual_duration = 5,
         adjust_timeout_factor = 0.5, min_adjust_timeout = 0.1 },
     } do
@@ -551,7 +554,7 @@ end)
 describe("backoff.retry's retry_on", function()
   for _, answer in ipairs { false, "nil", "none" } do
     it("stops on a falsy answer (" .. tostring(answer) .. ")", function()
-      local r = pack(backoff.retry(backoff.constant { delay = 0 },
+      local r = pack(backoff.retry(backoff.constant { delay = 0, max_attempts = 10 },
         function() return nil, "e" end, { sleep = function() end,
           retry_on = function()
             if answer == "none" then return end
@@ -563,7 +566,7 @@ describe("backoff.retry's retry_on", function()
   end
 
   it("goes on for any true value, 0 included", function()
-    local r = backoff.retry(backoff.constant { delay = 0 },
+    local r = backoff.retry(backoff.constant { delay = 0, max_attempts = 10 },
       function(n) return n == 3 end,
       { sleep = function() end, retry_on = function() return 0 end })
     assert.is_true(r)
@@ -571,27 +574,39 @@ describe("backoff.retry's retry_on", function()
 end)
 
 describe("backoff.retry when fn yields outside a coroutine", function()
-  it("counts it as a failure and retries, on every Lua", function()
+  local function yields_once(a)
+    if a == 1 then coroutine.yield("x") end
+    return "ok", a
+  end
+
+  it("raises, as any error of fn", function()
     local co, main = coroutine.running()
     assert.is_true(co == nil or main == true)     -- the main thread
-    local errs = {}
-    local r, n = backoff.retry(backoff.constant { delay = 0 }, function(a)
-      if a == 1 then coroutine.yield("x") end
-      return "ok", a
-    end, { sleep = function() end,
-           on_retry = function(e) errs[#errs + 1] = e end })
-    assert.same({ "ok", 2 }, { r, n })
-    assert.equal(1, #errs)
-    assert.matches("attempt to yield", errs[1])
+    assert.error_matches(function()
+      backoff.retry(backoff.constant { delay = 0, max_attempts = 3 },
+                    yields_once, { sleep = function() end })
+    end, "yield")
   end)
+
+  it("counts it as a failure and retries with retry_raised, on every Lua",
+    function()
+      local errs = {}
+      local r, n = backoff.retry(backoff.constant { delay = 0,
+        max_attempts = 3 }, yields_once, { sleep = function() end,
+        retry_raised = true,
+        on_retry = function(e) errs[#errs + 1] = e end })
+      assert.same({ "ok", 2 }, { r, n })
+      assert.equal(1, #errs)
+      assert.matches("attempt to yield", errs[1])
+    end)
 end)
 
 describe("backoff.retry's hints (ropts.retry_after)", function()
   it("asks for a hint after each failure and sleeps at least it",
     function()
       local asked, slept = {}, {}
-      local r = backoff.retry(backoff.constant { delay = 0.1 },
-        function(n) if n < 3 then return nil, "e" .. n end return n end,
+      local r = backoff.retry(backoff.constant { delay = 0.1,
+        max_attempts = 5 }, function(n) if n < 3 then return nil, "e" .. n end return n end,
         { sleep = function(d) slept[#slept + 1] = d end,
           retry_after = function(err, attempt)
             asked[#asked + 1] = { err, attempt }
@@ -604,7 +619,7 @@ describe("backoff.retry's hints (ropts.retry_after)", function()
 
   it("gives up with reason retry_after beyond max_hint", function()
     local r = pack(backoff.retry(backoff.constant { delay = 0.1,
-      max_hint = 5 }, function() return nil, "busy" end,
+      max_hint = 5, max_attempts = 5 }, function() return nil, "busy" end,
       { sleep = function() end, retry_after = function() return 6 end }))
     assert.same({ n = 3, nil, "busy", "retry_after" }, r)
   end)
@@ -624,7 +639,7 @@ describe("backoff.retry's bad hints", function()
   it("raises, naming ropts.retry_after", function()
     for _, bad in ipairs { -1, 0 / 0, math.huge, "5", true } do
       assert.error_matches(function()
-        backoff.retry(backoff.constant { delay = 0 },
+        backoff.retry(backoff.constant { delay = 0, max_attempts = 10 },
           function() return nil, "x" end,
           { sleep = function() end, retry_after = function() return bad end })
       end, "ropts.retry_after must return nil or a finite number >= 0",
@@ -644,10 +659,9 @@ end)
 
 describe("backoff.ffi", function()
   it("installs once: a second call does nothing", function()
-    local core = require "backoff.core"
     local methods = getmetatable(backoff.constant { delay = 1 }).__index
     local failure = methods.failure
-    assert.is_false(require("backoff.ffi")(core, methods))
+    assert.is_false(require("backoff.ffi")(methods))
     assert.equal(failure, methods.failure)
   end)
 end)
@@ -682,7 +696,7 @@ describe("backoff.retry's budget (ropts.budget)", function()
   it("withdraws before each retry and deposits the cost on success",
     function()
       local bud = fake_budget(100, 5, true)
-      local r, n = backoff.retry(backoff.constant { delay = 0 }, flaky(3),
+      local r, n = backoff.retry(backoff.constant { delay = 0, max_attempts = 10 }, flaky(3),
         { sleep = nosleep, budget = bud })
       assert.same({ "ok", 4 }, { r, n })
       assert.same({ { "withdraw", 5 }, { "withdraw", 5 }, { "withdraw", 5 },
@@ -693,14 +707,14 @@ describe("backoff.retry's budget (ropts.budget)", function()
   it("deposits the refund (no argument) on a first-try success",
     function()
       local bud = fake_budget(100, 5, true)
-      backoff.retry(backoff.constant { delay = 0 }, flaky(0),
+      backoff.retry(backoff.constant { delay = 0, max_attempts = 10 }, flaky(0),
         { budget = bud })
       assert.same({ { "deposit" } }, bud.log)
     end)
 
   it("uses the budget's own cost when it has no cost method", function()
     local bud = fake_budget(100, 5, false)
-    backoff.retry(backoff.constant { delay = 0 }, flaky(1),
+    backoff.retry(backoff.constant { delay = 0, max_attempts = 10 }, flaky(1),
       { sleep = nosleep, budget = bud })
     assert.same({ { "withdraw" }, { "deposit" } }, bud.log)
   end)
@@ -709,7 +723,7 @@ describe("backoff.retry's budget (ropts.budget)", function()
     function()
       local bud = fake_budget(12, 5, true)
       local slept = {}
-      local r = pack(backoff.retry(backoff.constant { delay = 1 },
+      local r = pack(backoff.retry(backoff.constant { delay = 1, max_attempts = 10 },
         flaky(10), { budget = bud,
           sleep = function(d) slept[#slept + 1] = d end }))
       assert.same({ n = 3, nil, "e3", "budget" }, r)
@@ -739,18 +753,18 @@ describe("backoff.retry's budget (ropts.budget)", function()
   it("works with the C budget", function()
     local bud = require("backoff.core").budget { capacity = 10, cost = 5,
       refund = 1 }
-    local r = pack(backoff.retry(backoff.constant { delay = 0 }, flaky(10),
+    local r = pack(backoff.retry(backoff.constant { delay = 0, max_attempts = 10 }, flaky(10),
       { sleep = nosleep, budget = bud }))
     assert.same({ n = 3, nil, "e3", "budget" }, r)
     assert.equal(0, bud:tokens())
-    backoff.retry(backoff.constant { delay = 0 }, flaky(0),
+    backoff.retry(backoff.constant { delay = 0, max_attempts = 10 }, flaky(0),
       { budget = bud })
     assert.equal(1, bud:tokens())
   end)
 end)
 
 describe("backoff.retry's arguments", function()
-  local p = backoff.constant { delay = 0 }
+  local p = backoff.constant { delay = 0, max_attempts = 10 }
   local ok = function() return true end
 
   local function raises_here(f, text)
@@ -764,13 +778,13 @@ describe("backoff.retry's arguments", function()
 
   it("checks every ropts key and its type, at the caller", function()
     local cases = {
-      { { sleep = 1 }, "option 'sleep' must be a function (got number)" },
+      { { sleep = 1 }, "option 'sleep' must be a function (got 1)" },
       { { retry_on = true }, "option 'retry_on' must be a function" },
       { { on_retry = "x" }, "option 'on_retry' must be a function" },
       { { retry_after = 2 }, "option 'retry_after' must be a function" },
       { { budget = 5 }, "option 'budget' must be a budget" },
       { { min_attempt_time = "1" },
-        "option 'min_attempt_time' must be a number" },
+        "option 'min_attempt_time' must be a finite number >= 0 (got '1')" },
       { { min_attempt_time = -1 },
         "option 'min_attempt_time' must be a finite number >= 0" },
       { { min_attempt_time = 0 / 0 },     -- "nan" on every libc
@@ -787,7 +801,7 @@ describe("backoff.retry's arguments", function()
       raises_here(function() p:retry(ok, c[1]) end, c[2])
     end
     raises_here(function() backoff.retry(p, ok, 5) end,
-      "argument 'ropts' must be a table (got number)")
+      "backoff.retry: options must be a table (got number)")
   end)
 
   it("accepts every ropts key", function()

@@ -32,7 +32,8 @@ end
 -- every hook, logging into one list
 local function hooks(log, extra)
   local r = {
-    on_success = function(a, e) log[#log + 1] = { "success", a, e } end,
+    -- on_success(res1, elapsed, attempts): the hooks' one shape
+    on_success = function(_, e, a) log[#log + 1] = { "success", a, e } end,
     on_giveup = function(err, reason, a)
       log[#log + 1] = { "giveup", err, reason, a }
     end,
@@ -47,7 +48,7 @@ describe("backoff.retry's on_success", function()
       for _, duration in ipairs { 0, 10 } do  -- without, with a deadline
         local w, log = world(), {}
         local p = backoff.constant { delay = 1, clock = w.clock,
-          max_actual_duration = duration }
+          max_actual_duration = duration, max_attempts = 5 }
         local ropts = hooks(log, { sleep = w.sleep })
         assert.same({ "ok", 1 }, { backoff.retry(p, flaky(w, 0, 0.25),
           ropts) })
@@ -63,7 +64,8 @@ describe("backoff.retry's on_success", function()
 
   it("works with a policy given as an options table", function()
     local w, log = world(), {}
-    backoff.retry({ strategy = "constant", delay = 2, clock = w.clock },
+    backoff.retry({ strategy = "constant", delay = 2, clock = w.clock,
+                    max_attempts = 3 },
       flaky(w, 1, 1), hooks(log, { sleep = w.sleep }))
     assert.same({ { "success", 2, 4 } }, log)
   end)
@@ -76,7 +78,7 @@ describe("backoff.retry's on_success elapsed", function()
       for _, fails in ipairs { 0, 1 } do
         local w, log = world(), {}
         local p = backoff.constant { delay = 0, clock = w.clock,
-          max_actual_duration = duration }
+          max_actual_duration = duration, max_attempts = 3 }
         backoff.retry(p, flaky(w, fails, -10), hooks(log, {
           sleep = function() end }))
         assert.equal("success", log[1][1])
@@ -92,16 +94,16 @@ describe("backoff.retry's on_giveup", function()
     local cases = {
       { backoff.constant { delay = 0, max_attempts = 3 }, {},
         { "giveup", "e3", "max_attempts", 3 } },
-      { backoff.constant { delay = 0 },
+      { backoff.constant { delay = 0, max_attempts = 9 },
         { retry_on = function(_, a) return a < 2 end },
         { "giveup", "e2", "retry_on", 2 } },
       { backoff.constant { delay = 1, max_actual_duration = 2.5,
           clock = w.clock }, {},
         { "giveup", "e3", "max_actual_duration", 3 } },  -- at 0, 1, 2 s
-      { backoff.constant { delay = 0, max_hint = 1 },
+      { backoff.constant { delay = 0, max_hint = 1, max_attempts = 9 },
         { retry_after = function() return 5 end },
         { "giveup", "e1", "retry_after", 1 } },
-      { backoff.constant { delay = 0 },
+      { backoff.constant { delay = 0, max_attempts = 9 },
         { budget = { withdraw = function() return false end,
                      deposit = function() end } },
         { "giveup", "e1", "budget", 1 } },
@@ -143,7 +145,7 @@ end)
 describe("backoff.retry's retry_on reason", function()
   it("gives up with retry_on's second result as the reason", function()
     local log = {}
-    local r = pack(backoff.retry(backoff.constant { delay = 0 },
+    local r = pack(backoff.retry(backoff.constant { delay = 0, max_attempts = 9 },
       function() return nil, "bad request" end,
       hooks(log, { retry_on = function() return false, "not_idempotent" end
       })))
@@ -153,7 +155,7 @@ describe("backoff.retry's retry_on reason", function()
 
   it("keeps 'retry_on' when there is no second result", function()
     for _, second in ipairs { false, nil } do
-      local r = pack(backoff.retry(backoff.constant { delay = 0 },
+      local r = pack(backoff.retry(backoff.constant { delay = 0, max_attempts = 9 },
         function() return nil, "x" end,
         { retry_on = function() return nil, second end }))
       assert.equal("retry_on", r[3])
@@ -165,7 +167,7 @@ describe("backoff.retry's retry_on reason", function()
       for _, bad in ipairs { "", "has space", "1st", ("x"):rep(65), 42,
                              true, {} } do
         assert.error_matches(function()
-          backoff.retry(backoff.constant { delay = 0 },
+          backoff.retry(backoff.constant { delay = 0, max_attempts = 9 },
             function() return nil, "x" end,
             { retry_on = function() return false, bad end })
         end, "ropts.retry_on's second result must be nil or a reason",
@@ -183,7 +185,8 @@ describe("backoff.retry's metrics", function()
       retry_after = function(_, a) return a == 1 and 0.5 or nil end })
     backoff.retry(p, flaky(w, 9), { metrics = m, sleep = w.sleep,
       retry_after = function() return 0 end })
-    backoff.retry(backoff.constant { delay = 0, max_hint = 1 }, flaky(w, 9),
+    backoff.retry(backoff.constant { delay = 0, max_hint = 1,
+                                    max_attempts = 9 }, flaky(w, 9),
       { metrics = m, sleep = w.sleep,
         retry_after = function(_, a) return a * 0.75 end })
     assert.same({
@@ -204,7 +207,8 @@ describe("backoff.retry's metrics", function()
     end, "hook failed")
     assert.same({ { false, 2, "max_attempts", 0 } }, m.runs)
     assert.has_error(function()
-      backoff.retry(backoff.constant { delay = 0 }, function() return 1 end,
+      backoff.retry(backoff.constant { delay = 0, max_attempts = 2 },
+        function() return 1 end,
         { metrics = m, on_success = function() error("hook failed") end })
     end)
     assert.same({ true, 1, nil, 0 }, m.runs[2])
@@ -225,7 +229,7 @@ describe("backoff.retry's metrics", function()
 end)
 
 describe("backoff.retry's hook options", function()
-  local p = backoff.constant { delay = 0 }
+  local p = backoff.constant { delay = 0, max_attempts = 2 }
   local ok = function() return true end
   it("are checked by name", function()
     local cases = {
@@ -249,7 +253,7 @@ describe("backoff.retry's hook options", function()
   it("leave the happy path without hooks as it was: no clock read",
     function()
       local reads = 0
-      local q = backoff.constant { delay = 0,
+      local q = backoff.constant { delay = 0, max_attempts = 2,
         clock = function() reads = reads + 1 return 0 end }
       reads = 0
       backoff.retry(q, ok, { on_giveup = print, metrics = fake_metrics() })

@@ -295,60 +295,96 @@ describe("backoff.balancer", function()
   end)
 
   describe("budgets", function()
-    it("grants with allows and pays with withdraw when the retry is made",
+    it("pays with withdraw when it grants a try, and records each try",
       function()
         local p = backoff.constant { delay = 0, max_attempts = 3 }
         local bud = logging_budget(100, 5)
         local opts = { budget = bud }
         balancer(p, opts)
-        assert.same({ { "allows", 5 } }, bud.log)
-        assert.equal(100, bud.tokens_)      -- nothing paid in advance
+        assert.same({ { "withdraw", 5 } }, bud.log)
+        assert.equal(95, bud.tokens_)       -- paid when granted
         balancer(p, opts)
-        assert.same({ { "allows", 5 }, { "record", false, 1, nil },
-          { "withdraw", 5 }, { "allows", 5 } }, bud.log)
+        assert.same({ { "withdraw", 5 }, { "record", false, 1, nil },
+          { "withdraw", 5 } }, bud.log)
         balancer(p, opts)                   -- the last try: no grant
-        assert.same({ "record", false, 2, 5 }, bud.log[5])
-        assert.same({ "withdraw", 5 }, bud.log[6])
-        assert.equal(6, #bud.log)
+        assert.same({ "record", false, 2, 5 }, bud.log[4])
+        assert.equal(4, #bud.log)
         assert.equal(90, bud.tokens_)
         log_phase(200)
         balancer.done(opts)
-        assert.same({ "record", true, 3, 5 }, bud.log[7])
+        assert.same({ "record", true, 3, 5 }, bud.log[5])
         balancer.done(opts)                 -- once per request
-        assert.equal(7, #bud.log)
+        assert.equal(5, #bud.log)
       end)
 
-    it("grants no try the budget does not allow", function()
+    it("grants no try the budget refuses", function()
       local p = backoff.constant { delay = 0, max_attempts = 5 }
       local bud = logging_budget(4, 5)
       balancer(p, { budget = bud })
       assert.equal(0, calls.more)
-      assert.same({ { "allows", 5 } }, bud.log)
+      assert.same({ { "withdraw", 5 } }, bud.log)
+      assert.equal(4, bud.tokens_)
     end)
 
-    it("lets a granted retry go ahead unpaid when a race emptied the "
-       .. "budget", function()
+    it("gives back in done a try it granted that was not made", function()
       local p = backoff.constant { delay = 0, max_attempts = 3 }
       local bud = logging_budget(5, 5)
       local opts = { budget = bud }
       balancer(p, opts)
-      bud.tokens_ = 0                       -- another request spent it
-      local ok, attempt = balancer(p, opts)
-      assert.same({ true, 2 }, { ok, attempt })
-      assert.equal(1, calls.more)           -- and no further grant
-      log_phase(200)
+      assert.equal(0, bud.tokens_)          -- the grant took the last 5
+      log_phase(200)                        -- the first try succeeded
       balancer.done(opts)
-      assert.same({ "record", true, 2, 0 }, bud.log[#bud.log])
+      assert.same({ { "withdraw", 5 }, { "deposit", 5 },
+                    { "record", true, 1, nil } }, bud.log)
     end)
 
-    it("uses tokens() >= cost for a budget without allows", function()
+    it("runs a granted retry paid already: a race cannot empty it",
+      function()
+        local p = backoff.constant { delay = 0, max_attempts = 3 }
+        local bud = logging_budget(5, 5)
+        local opts = { budget = bud }
+        balancer(p, opts)
+        bud.tokens_ = 0                     -- another request spent more
+        local ok, attempt = balancer(p, opts)
+        assert.same({ true, 2 }, { ok, attempt })
+        assert.equal(1, calls.more)         -- and no further grant
+        log_phase(200)
+        balancer.done(opts)
+        assert.same({ "record", true, 2, 5 }, bud.log[#bud.log])
+      end)
+
+    it("never lets more retries through than the budget had", function()
+      -- requests in flight together: each grant is paid when made, so
+      -- the budget's capacity bounds the retries whatever the overlap
+      local bud = budget { capacity = 20, cost = 5, refund = 0 }
+      local p = backoff.constant { delay = 0, max_attempts = 4 }
+      local ctxs, retries = {}, 0
+      for i = 1, 10 do                      -- ten first tries at once
+        fake.ctx = {}
+        balancer(p, { budget = bud })
+        ctxs[i] = fake.ctx
+      end
+      assert.equal(4, calls.more)           -- 20 tokens: 4 grants
+      for i = 1, 10 do                      -- every first try fails;
+        fake.ctx = ctxs[i]                  -- nginx retries the granted
+        if ctxs[i].backoff_balancer.prepaid then
+          assert.is_true((balancer(p, { budget = bud })))
+          retries = retries + 1
+        end
+      end
+      assert.equal(4, retries)
+      assert.equal(0, bud:tokens())
+    end)
+
+    it("pays at each grant from a budget without allows", function()
       local p = backoff.constant { delay = 0, max_attempts = 5 }
       local bud = budget { capacity = 10, cost = 5 }
       balancer(p, { budget = bud })
       assert.equal(1, calls.more)
-      assert.equal(10, bud:tokens())        -- nothing paid in advance
+      assert.equal(5, bud:tokens())         -- paid when granted
       balancer(p, { budget = bud })
-      assert.equal(5, bud:tokens())
+      assert.equal(0, bud:tokens())
+      assert.equal(2, calls.more)
       balancer(p, { budget = bud })
       assert.equal(0, bud:tokens())
       assert.equal(2, calls.more)           -- 0 tokens: no third grant
@@ -380,7 +416,8 @@ describe("backoff.balancer", function()
       assert.equal(46, bud:tokens())        -- + the cost of the retry
     end)
 
-    it("records and deposits nothing for a client abort", function()
+    it("records nothing for a client abort, and gives back a grant not "
+       .. "used", function()
       local p = backoff.constant { delay = 0, max_attempts = 10 }
       for _, status in ipairs { 499, 408 } do
         local bud = logging_budget(100, 5)
@@ -390,7 +427,8 @@ describe("backoff.balancer", function()
         local n = #bud.log
         log_phase(status)
         balancer.done({ budget = bud })
-        assert.equal(n, #bud.log)
+        assert.equal(n + 1, #bud.log)
+        assert.same({ "deposit", 5 }, bud.log[n + 1])
         local tb = budget { capacity = 100, cost = 5 }
         tb:withdraw(50)
         new_request()
@@ -478,9 +516,9 @@ describe("backoff.balancer", function()
     local cases = {
       { 5, "options must be a table (got number)" },
       { { retries = 1 }, "unknown option 'retries'" },
-      { { budget = 5 }, "option 'budget' must be a backoff budget" },
+      { { budget = 5 }, "option 'budget' must be a budget" },
       { { budget = { deposit = print } },
-        "option 'budget' must be a backoff budget" },
+        "option 'budget' must be a budget" },
       -- balancer.done calls record or deposit: a budget with neither
       -- failed there with a raw "attempt to call a nil value"
       { { budget = { withdraw = print } },
@@ -490,7 +528,8 @@ describe("backoff.balancer", function()
       { { ctx_key = 1 }, "option 'ctx_key' must be a non-empty string" },
       { { ctx_key = "" }, "option 'ctx_key' must be a non-empty string" },
       { { timeouts = 1 }, "option 'timeouts' must be a table" },
-      { { timeouts = { connect = 0 } }, "a factor > 0 or false (got 0)" },
+      { { timeouts = { connect = 0 } },
+        "a factor > 0 or false (got 'connect' = 0)" },
       { { timeouts = { write = 1 } }, "takes connect, send and read" },
       { { metrics = {} }, "option 'metrics' must be a backoff.metrics" },
       { { metrics = io.stdout },

@@ -38,7 +38,7 @@ describe("the runner tells a budget about every attempt", function()
   it("records each failure before asking for the retry, then the "
      .. "success", function()
     local b = logger(10)
-    local r, n = backoff.retry(backoff.constant { delay = 0 }, flaky(2),
+    local r, n = backoff.retry(backoff.constant { delay = 0, max_attempts = 20 }, flaky(2),
       { budget = b, sleep = nosleep })
     assert.same({ "ok", 3 }, { r, n })
     assert.same({
@@ -50,7 +50,7 @@ describe("the runner tells a budget about every attempt", function()
 
   it("records a first-attempt success, and nothing else", function()
     local b = logger(10)
-    backoff.retry(backoff.constant { delay = 0 }, flaky(0), { budget = b })
+    backoff.retry(backoff.constant { delay = 0, max_attempts = 20 }, flaky(0), { budget = b })
     assert.same({ { "record", true, 1 } }, b.log)
   end)
 
@@ -58,7 +58,7 @@ describe("the runner tells a budget about every attempt", function()
      function()
     local b = logger(10)
     local seen = {}
-    backoff.retry(backoff.constant { delay = 0 }, flaky(2), {
+    backoff.retry(backoff.constant { delay = 0, max_attempts = 20 }, flaky(2), {
       budget = b, sleep = nosleep,
       retry_cost = function(err, attempt)
         seen[#seen + 1] = err .. "@" .. attempt
@@ -75,7 +75,7 @@ describe("the runner tells a budget about every attempt", function()
   it("gives up with reason budget when withdraw refuses, recorded",
      function()
     local b = logger(1)
-    local r = { backoff.retry(backoff.constant { delay = 0 }, flaky(5),
+    local r = { backoff.retry(backoff.constant { delay = 0, max_attempts = 20 }, flaky(5),
       { budget = b, sleep = nosleep }) }
     assert.same({ nil, "e2", "budget" }, r)
     assert.same({
@@ -95,7 +95,7 @@ describe("the runner tells a budget about every attempt", function()
   it("does not record a failure that retry_on refuses (the caller's "
      .. "error, not the upstream's)", function()
     local b = logger(10)
-    local r = { backoff.retry(backoff.constant { delay = 0 }, flaky(5), {
+    local r = { backoff.retry(backoff.constant { delay = 0, max_attempts = 20 }, flaky(5), {
       budget = b, sleep = nosleep,
       retry_on = function(err) return err ~= "e2" end }) }
     assert.same({ nil, "e2", "retry_on" }, r)
@@ -117,14 +117,14 @@ describe("the runner tells a budget about every attempt", function()
 
   it("keeps the legacy calls for a budget without record", function()
     local b = logger(10, false)
-    backoff.retry(backoff.constant { delay = 0 }, flaky(1),
+    backoff.retry(backoff.constant { delay = 0, max_attempts = 20 }, flaky(1),
       { budget = b, sleep = nosleep })
     assert.same({ { "withdraw", nil }, { "deposit", nil } }, b.log)
   end)
 end)
 
 describe("the runner checks the budget before fn runs", function()
-  local p = backoff.constant { delay = 0 }
+  local p = backoff.constant { delay = 0, max_attempts = 20 }
 
   local function refuses(bud, text)
     local ran = false
@@ -244,7 +244,7 @@ describe("the runner with the budget kinds", function()
      function()
     local t = 0
     local b = budget.recommended { clock = function() return t end }
-    local p = backoff.constant { delay = 0 }
+    local p = backoff.constant { delay = 0, max_attempts = 20 }
     for _ = 1, 200 do                     -- 20 requests/s: a reserve of 8
       t = t + 0.05
       backoff.retry(p, flaky(0), { budget = b })
@@ -272,7 +272,7 @@ describe("the runner with the budget kinds", function()
   it("the token bucket refunds through record as it did through deposit",
      function()
     local b = budget { capacity = 20, cost = 5, refund = 1 }
-    local p = backoff.constant { delay = 0 }
+    local p = backoff.constant { delay = 0, max_attempts = 20 }
     backoff.retry(p, flaky(2), { budget = b, sleep = nosleep })
     assert.equal(20 - 10 + 5, b:tokens())
     backoff.retry(p, flaky(0), { budget = b })

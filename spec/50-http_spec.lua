@@ -119,7 +119,7 @@ describe("backoff.http.timeouts", function()
     local p = backoff.constant { delay = 0, max_attempts = 1,
       max_actual_duration = 1e308, adjust_timeout_factor = 0.5 }
     local got
-    http.request(p, function(_, t) got = t return 200 end)
+    http.request(p, function(_, t) got = t return 200 end, { method = "GET" })
     assert.equal(2 ^ 31 - 1, got.connect)
   end)
 

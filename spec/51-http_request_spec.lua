@@ -34,6 +34,14 @@ local function res(status, headers, body)
   return { status = status, headers = headers or {}, body = body }
 end
 
+-- the tests' requests are GETs unless they say otherwise (request
+-- itself never guesses a method)
+local function request(p, fn, opts)
+  opts = opts or {}
+  if opts.method == nil and opts.idempotent == nil then opts.method = "GET" end
+  return http.request(p, fn, opts)
+end
+
 describe("backoff.http.request", function()
   local w, p
   before_each(function()
@@ -46,13 +54,13 @@ describe("backoff.http.request", function()
       function()
         for _, code in ipairs { 408, 429, 502, 503, 504 } do
           local u = upstream { { res(code) }, { res(200, nil, "ok") } }
-          local r = pack(http.request(p, u.fn, { sleep = w.sleep }))
+          local r = pack(request(p, u.fn, { sleep = w.sleep }))
           assert.equal(200, r[1].status, code)
           assert.equal(2, u.calls)
         end
         for _, code in ipairs { 200, 204, 301, 400, 404, 409, 500, 501 } do
           local u = upstream { { res(code, nil, "body"), "extra" } }
-          local r = pack(http.request(p, u.fn, { sleep = w.sleep }))
+          local r = pack(request(p, u.fn, { sleep = w.sleep }))
           assert.same({ n = 2, u.fn and r[1], "extra" }, r)
           assert.equal(code, r[1].status)
           assert.equal(1, u.calls, code)
@@ -64,7 +72,7 @@ describe("backoff.http.request", function()
     it("takes its own statuses, as a list or a set", function()
       for _, s in ipairs { { 500 }, { [500] = true } } do
         local u = upstream { { res(500) }, { res(503) } }
-        local r = pack(http.request(p, u.fn, { statuses = s,
+        local r = pack(request(p, u.fn, { statuses = s,
                                                sleep = w.sleep }))
         assert.equal(503, r[1].status)
         assert.equal(2, u.calls)
@@ -73,7 +81,7 @@ describe("backoff.http.request", function()
 
     it("gives up with the last response", function()
       local u = upstream { { res(503, nil, "busy") } }
-      local r = pack(http.request(p, u.fn, { sleep = w.sleep }))
+      local r = pack(request(p, u.fn, { sleep = w.sleep }))
       assert.same({ nil, "HTTP 503", "max_attempts" }, { r[1], r[2], r[3] })
       assert.equal("busy", r[4].body)
       assert.equal(4, u.calls)
@@ -83,13 +91,13 @@ describe("backoff.http.request", function()
       function()
         local u = upstream { { { status = 503, header = {
           ["Retry-After"] = "2" } } }, { { status = 200, body = "x" } } }
-        local r = http.request(p, u.fn, { sleep = w.sleep })
+        local r = request(p, u.fn, { sleep = w.sleep })
         assert.equal("x", r.body)
         assert.same({ 2 }, w.slept)
         w.slept = {}
         u = upstream { { 429, { ["retry-after"] = "1" } }, { 204, {}, "b" } }
         assert.same({ n = 3, 204, {}, "b" },
-                    pack(http.request(p, u.fn, { sleep = w.sleep })))
+                    pack(request(p, u.fn, { sleep = w.sleep })))
         assert.same({ 1 }, w.slept)
       end)
   end)
@@ -100,7 +108,7 @@ describe("backoff.http.request", function()
         { res(503, { ["Retry-After"] = "3" }) },
         { res(429, { ["X-RateLimit-Reset"] = "2" }) },
         { res(200) } }
-      http.request(p, u.fn, { sleep = w.sleep })
+      request(p, u.fn, { sleep = w.sleep })
       assert.same({ 3, 2 }, w.slept)
     end)
 
@@ -109,7 +117,7 @@ describe("backoff.http.request", function()
         for _, c in ipairs { { nil, "61" }, { 5, "6" }, { 0, "1" } } do
           w.slept = {}
           local u = upstream { { res(503, { ["Retry-After"] = c[2] }) } }
-          local r = pack(http.request(p, u.fn, { sleep = w.sleep,
+          local r = pack(request(p, u.fn, { sleep = w.sleep,
                                                  max_hint = c[1] }))
           assert.same({ nil, "HTTP 503", "retry_after" },
                       { r[1], r[2], r[3] })
@@ -123,13 +131,13 @@ describe("backoff.http.request", function()
         local q = backoff.constant { delay = 0, max_hint = 2,
                                      max_attempts = 3 }
         local u = upstream { { res(503, { ["Retry-After"] = "3" }) } }
-        local r = pack(http.request(q, u.fn, { sleep = w.sleep,
+        local r = pack(request(q, u.fn, { sleep = w.sleep,
                                                max_hint = 10 }))
         assert.equal("retry_after", r[3])
         assert.equal(2, q:config().max_hint)
         assert.equal(0, q:attempts())
-        local d = backoff.constant { delay = 0 }
-        http.request(d, upstream { { res(200) } }.fn)
+        local d = backoff.constant { delay = 0, max_attempts = 2 }
+        request(d, upstream { { res(200) } }.fn)
         assert.is_nil(d:config().max_hint)
       end)
   end)
@@ -144,7 +152,7 @@ describe("backoff.http.request", function()
       for _, f in ipairs { refused, connect_timeout, read_timeout, closed,
                            { res(503) } } do
         local u = upstream { f, { res(200) } }
-        assert.equal(200, http.request(p, u.fn, { sleep = w.sleep }).status)
+        assert.equal(200, request(p, u.fn, { sleep = w.sleep }).status)
         assert.equal(2, u.calls)
       end
     end)
@@ -153,14 +161,14 @@ describe("backoff.http.request", function()
       function()
         for _, f in ipairs { refused, connect_timeout } do
           local u = upstream { f, { res(201) } }
-          assert.equal(201, http.request(p, u.fn, { method = "POST",
+          assert.equal(201, request(p, u.fn, { method = "POST",
             sleep = w.sleep }).status)
           assert.equal(2, u.calls)
         end
         for _, f in ipairs { read_timeout, closed, { nil, "timeout" },
                              { res(503) }, { res(429) } } do
           local u = upstream { f, { res(201) } }
-          local r = pack(http.request(p, u.fn, { method = "POST",
+          local r = pack(request(p, u.fn, { method = "POST",
             sleep = w.sleep }))
           assert.is_nil(r[1])
           assert.equal("not_idempotent", r[3])
@@ -176,7 +184,7 @@ describe("backoff.http.request", function()
       } do
         o.sleep = w.sleep
         local u = upstream { { nil, "timeout" }, { res(503) }, { res(201) } }
-        assert.equal(201, http.request(p, u.fn, o).status)
+        assert.equal(201, request(p, u.fn, o).status)
         assert.equal(3, u.calls)
       end
     end)
@@ -184,11 +192,11 @@ describe("backoff.http.request", function()
     it("does not retry a GET declared not idempotent after a read",
       function()
         local u = upstream { read_timeout, { res(200) } }
-        local r = pack(http.request(p, u.fn, { idempotent = false,
+        local r = pack(request(p, u.fn, { idempotent = false,
                                                sleep = w.sleep }))
         assert.equal("not_idempotent", r[3])
         u = upstream { refused, { res(200) } }
-        assert.equal(200, http.request(p, u.fn, { idempotent = false,
+        assert.equal(200, request(p, u.fn, { idempotent = false,
           sleep = w.sleep }).status)
       end)
 
@@ -200,11 +208,13 @@ describe("backoff.http.request", function()
         if n == 1 then error("boom", 0) end
         return res(200)
       end
-      assert.equal(200, http.request(p, raising, { sleep = w.sleep }).status)
+      assert.equal(200, request(p, raising, { sleep = w.sleep,
+                                              retry_raised = true }).status)
       n = 0
-      local r = pack(http.request(p, raising, { method = "POST",
-                                                sleep = w.sleep }))
-      assert.same({ nil, "boom", "not_idempotent" }, { r[1], r[2], r[3] })
+      local r = pack(request(p, raising, { method = "POST",
+        sleep = w.sleep, retry_raised = true }))
+      assert.same({ nil, "not_idempotent" }, { r[1], r[3] })
+      assert.equal("boom\nstack traceback:", r[2]:sub(1, 21))
     end)
   end)
 
@@ -219,7 +229,7 @@ describe("backoff.http.request", function()
           w.now = w.now + t.timeout         -- each try takes its timeout
           return u.fn(a, t)
         end
-        http.request(q, fn, { sleep = w.sleep,
+        request(q, fn, { sleep = w.sleep,
                               timeouts = { connect = 0.1 } })
         local t = u.timeouts
         assert.is_true(#t >= 3)
@@ -236,14 +246,14 @@ describe("backoff.http.request", function()
       local q = backoff.constant { delay = 1, max_actual_duration = 5,
                                    clock = w.clock }
       local u = upstream { { res(503) } }
-      http.request(q, u.fn, { sleep = w.sleep })
+      request(q, u.fn, { sleep = w.sleep })
       assert.same({ 5000, 4000, 3000, 2000 }, { u.timeouts[1].read,
         u.timeouts[2].read, u.timeouts[3].read, u.timeouts[4].read })
     end)
 
     it("hands nil without a timeout or a deadline", function()
       local u = upstream { { res(200) } }
-      http.request(p, u.fn)
+      request(p, u.fn)
       assert.is_nil(u.timeouts[1])
     end)
   end)
@@ -252,7 +262,7 @@ describe("backoff.http.request", function()
     it("gives the hooks the error and the response", function()
       local log = {}
       local u = upstream { { res(503) }, { nil, "closed" } }
-      local r = pack(http.request(p, u.fn, { sleep = w.sleep,
+      local r = pack(request(p, u.fn, { sleep = w.sleep,
         on_retry = function(err, d, a, rr)
           log[#log + 1] = { "retry", err, d, a, rr and rr.status } end,
         on_giveup = function(err, reason, a, rr)
@@ -274,11 +284,11 @@ describe("backoff.http.request", function()
     it("counts each request once in metrics, hints included", function()
       metrics.reset()
       local m = metrics.new("http spec", { shared = false })
-      http.request(p, upstream { { res(503, { ["Retry-After"] = "1" }) },
+      request(p, upstream { { res(503, { ["Retry-After"] = "1" }) },
         { res(200) } }.fn, { sleep = w.sleep, metrics = m })
-      http.request(p, upstream { { nil, "timeout" } }.fn,
+      request(p, upstream { { nil, "timeout" } }.fn,
         { method = "POST", sleep = w.sleep, metrics = m })
-      http.request(p, upstream { { res(404) } }.fn, { metrics = m })
+      request(p, upstream { { res(404) } }.fn, { metrics = m })
       assert.same({ attempts = 4, retries = 1, successes = 2,
         successes_after_retry = 1, budget_refusals = 0, hints_honoured = 1,
         giveups = { not_idempotent = 1 } }, m:counts())
@@ -287,7 +297,7 @@ describe("backoff.http.request", function()
     it("passes a budget on to the runner", function()
       local bud = backoff.budget { capacity = 5, cost = 5 }
       local u = upstream { { res(503) } }
-      local r = pack(http.request(p, u.fn, { sleep = w.sleep,
+      local r = pack(request(p, u.fn, { sleep = w.sleep,
                                              budget = bud }))
       assert.equal("budget", r[3])
       assert.equal(2, u.calls)
@@ -295,7 +305,8 @@ describe("backoff.http.request", function()
 
     it("takes a policy given as an options table", function()
       local u = upstream { { res(503) }, { res(200) } }
-      assert.equal(200, http.request({ strategy = "constant", delay = 0.5 },
+      assert.equal(200, request({ strategy = "constant", delay = 0.5,
+                                  max_attempts = 3 },
         u.fn, { sleep = w.sleep }).status)
       assert.same({ 0.5 }, w.slept)
     end)
@@ -310,7 +321,7 @@ describe("backoff.http.request", function()
             { setmetatable({}, { __index = function() error("x") end }) } } do
           local u = upstream { bad }
           assert.error_matches(function()
-            http.request(p, u.fn, { sleep = w.sleep })
+            request(p, u.fn, { sleep = w.sleep })
           end, "backoff.http.request: do_request ", nil, true)
           assert.equal(1, u.calls)
         end
@@ -319,8 +330,8 @@ describe("backoff.http.request", function()
     it("refuses bad arguments and options by name", function()
       local fn = function() return res(200) end
       local cases = {
-        { { 5, fn }, "bad argument #1 to 'request' (a backoff object or an "
-          .. "options table" },
+        { { 5, fn }, "backoff.http.request: argument 'policy' must be a "
+          .. "backoff object or an options table (got number); usage: " },
         { { {}, fn }, "policy table needs a 'strategy' field" },
         { { { strategy = "constant" }, fn }, "missing required option "
           .. "'delay'" },
@@ -332,8 +343,12 @@ describe("backoff.http.request", function()
           "backoff.constant: option 'max_hint' must be a finite number" },
         { { { strategy = "constant", delay = 0, max_hint = 1 / 0 }, fn },
           "backoff.constant: option 'max_hint' must be a finite number" },
-        { { p, 5 }, "bad argument #2 to 'request' (a function expected" },
-        { { p, fn, 5 }, "bad argument #3 to 'request' (table or nil" },
+        { { p, 5 }, "backoff.http.request: argument 'do_request' must be a "
+          .. "function (got number)" },
+        { { p, fn, 5 }, "backoff.http.request: options must be a table "
+          .. "(got number)" },
+        { { p, fn }, "option 'method' is required" },
+        { { p, fn, { sleep = print } }, "option 'method' is required" },
         { { p, fn, { nope = 1 } }, "backoff.http.request: unknown option "
           .. "'nope'" },
         { { p, fn, { sleep = 1 } }, "backoff.http.request: option 'sleep' "

@@ -87,14 +87,15 @@ describe("hostile input", function()
     local p = backoff.constant { delay = 0, max_attempts = 2 }
     local ok_fn = function() return { status = 200 } end
     sweep("request(policy)", function(v) return http.request(v, ok_fn) end,
-      { "bad argument #1 to 'request'", "strategy" })
-    sweep("request(p, fn)", function(v) return http.request(p, v) end,
-      { "bad argument #2 to 'request'",
+      { "argument 'policy'", "strategy" })
+    sweep("request(p, fn)", function(v)
+      return http.request(p, v, { method = "GET" }) end,
+      { "argument 'do_request'", "call trap",
         "backoff.http.request: do_request must return" })
     sweep("request(p, fn, opts)",
       function(v) return http.request(p, ok_fn, v) end,
-      { "bad argument #3 to 'request'", "backoff.http.request: option",
-        "unknown option" })
+      { "backoff.http.request: options must be a table",
+        "backoff.http.request: option", "unknown option" })
     -- (budget: the runner's up-front checks of a budget's methods are
     -- issue 18's, made beside this one)
     for _, key in ipairs { "method", "headers", "idempotent", "statuses",
@@ -103,7 +104,8 @@ describe("hostile input", function()
         "reference_delays" } do
       sweep("request option " .. key, function(v)
         return http.request(p, ok_fn, { [key] = v, metrics = key ~= "metrics"
-          and m or v, sleep = key ~= "sleep" and function() end or v })
+          and m or v, sleep = key ~= "sleep" and function() end or v,
+          method = key ~= "method" and "GET" or v })
       end, { "'" .. key .. "'", "call trap", "index trap" })
     end
     -- what do_request returns: a response, or a clean error; a result
@@ -114,16 +116,17 @@ describe("hostile input", function()
       return http.request(p, function()
         calls = calls + 1
         return v, v, v
-      end, { sleep = function() end })
+      end, { sleep = function() end, method = "GET" })
     end, { "backoff.http.request: do_request" })
     assert.is_true(calls <= 2)
     sweep("do_request returning { status = v }", function(v)
       return http.request(p, function() return { status = v,
-        headers = v, header = v } end, { sleep = function() end })
+        headers = v, header = v } end, { sleep = function() end,
+                                         method = "GET" })
     end, { "backoff.http.request: do_request" })
     sweep("do_request returning 503 and headers v", function(v)
       return http.request(p, function() return 503, v end,
-        { sleep = function() end })
+        { sleep = function() end, method = "GET" })
     end, {})
     sweep("do_request returning nil, err, stage v", function(v)
       return http.request(p, function() return nil, v, v end,

@@ -184,7 +184,8 @@ function app.run()
   ngx.update_time()
   local t0 = ngx.now()
   local opts = {
-    method = o.method, headers = o.headers, max_hint = o.max_hint,
+    -- request never guesses the method: the GET cases say it
+    method = o.method or "GET", headers = o.headers, max_hint = o.max_hint,
     metrics = metrics.new(o.name or a.case, { shared = ngx.shared.metrics }),
     on_retry = function(_, d) delays[#delays + 1] = d end,
   }
