@@ -114,6 +114,40 @@ function M.is_dict(v)
   return has_method(v, "incr") and has_method(v, "get")
 end
 
+-- dict:incr(key, n, init, ttl), and a warning when it evicted other
+-- keys to make room (ngx.shared.DICT:incr's third result, `forcible`):
+-- a full lua_shared_dict drops keys without a word otherwise (a budget
+-- drained to 0 comes back full, counters vanish).  At most one warning
+-- per key per EVICT_EVERY seconds in a worker.
+local EVICT_EVERY = 60
+local evict_warned = setmetatable({}, { __mode = "k" })   -- dict -> {}
+
+function M.incr(dict, key, n, init, ttl)
+  local v, err, forcible = dict:incr(key, n, init, ttl)
+  if forcible then M.evicted(dict, key) end
+  return v, err, forcible
+end
+
+--- util.evicted(dict, key): log (WARN, inside nginx) that writing key
+-- evicted others, unless said for this key in the last minute
+function M.evicted(dict, key)
+  local ngx = rawget(_G, "ngx")
+  if type(ngx) ~= "table" or type(ngx.log) ~= "function" then return end
+  local by_key = evict_warned[dict]
+  if by_key == nil then
+    by_key = {}
+    evict_warned[dict] = by_key
+  end
+  local now = type(ngx.now) == "function" and ngx.now() or 0
+  local last = by_key[key]
+  if last and now - last < EVICT_EVERY then return end
+  by_key[key] = now
+  ngx.log(ngx.WARN, "backoff: the lua_shared_dict is full: writing key ",
+          M.repr(key), " evicted other keys (budgets, breakers and ",
+          "metrics lose their state); give each of them its own, larger ",
+          "lua_shared_dict")
+end
+
 ------------------------------------------------------------------------
 -- duck-typed collaborators: what the engine calls, checked once
 
