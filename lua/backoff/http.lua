@@ -256,6 +256,31 @@ end
 ------------------------------------------------------------------------
 -- one request
 
+-- the status and headers of what do_request returned: a response
+-- table (lua-resty-http's res.headers, ngx.location.capture's
+-- res.header), or a status number and headers; nil, message for
+-- anything else.  nil, nil for nil/false (a transport failure).
+local function read_status(r1, second)
+  local t = type(r1)
+  if t == "number" then return r1, second end
+  if t ~= "table" then
+    if r1 == nil or r1 == false then return nil, nil end
+    return nil, "do_request must return a response (a table with a "
+                .. "status), a status number, or nil and an error (got "
+                .. repr(r1) .. ")"
+  end
+  local ok, s, h = pcall(function()
+    local hs = r1.headers
+    if hs == nil then hs = r1.header end        -- ngx.location.capture
+    return r1.status, hs
+  end)
+  if not ok or type(s) ~= "number" then
+    return nil, "do_request returned a table without a numeric 'status' "
+                .. "(got " .. repr(ok and s or nil) .. ")"
+  end
+  return s, h
+end
+
 -- The first value do_request returned, judged:
 --   "ok": the result as it came (a status not retried, < 500)
 --   "error_status", err: the result as it came, a 5xx not retried
@@ -263,29 +288,12 @@ end
 --     failure
 --   "bad", message: not a response at all
 local function judge(st, r1, ...)
-  local status, headers
-  local t = type(r1)
-  if t == "table" then
-    local ok, s, h = pcall(function()
-      local hs = r1.headers
-      if hs == nil then hs = r1.header end      -- ngx.location.capture
-      return r1.status, hs
-    end)
-    if not ok or type(s) ~= "number" then
-      return "bad", "do_request returned a table without a numeric "
-                    .. "'status' (got " .. repr(ok and s or nil) .. ")"
-    end
-    status, headers = s, h
-  elseif t == "number" then
-    status, headers = r1, (...)
-  elseif r1 == nil or r1 == false then
+  local status, headers = read_status(r1, (...))
+  if status == nil then
+    if headers ~= nil then return "bad", headers end
     local err, stage = ...
     if stage ~= nil and type(stage) ~= "string" then stage = nil end
     return "fail", err, nil, nil, not not_sent(err, stage)
-  else
-    return "bad", "do_request must return a response (a table with a "
-                  .. "status), a status number, or nil and an error (got "
-                  .. repr(r1) .. ")"
   end
   if status ~= floor(status) or status < 100 or status > 999 then
     return "bad", "do_request returned a bad status " .. repr(status)

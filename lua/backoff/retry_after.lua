@@ -33,10 +33,11 @@
 --   * results are always floats (math.type "float" on 5.3+), so every Lua
 --     gives the same value of the same subtype;
 --   * `now` is Unix time in seconds (any finite number, fractions kept);
---     default: ngx.time() when a global `ngx` with a `time` exists, else
---     os.time().  A `now` that is not a finite number raises: that is
---     misuse, not bad data.  Malformed values never raise: they return
---     nil and a short message.
+--     default: ngx.now() when a global `ngx` with a `now` exists (the
+--     request's time to the millisecond: ngx.time() is whole seconds, a
+--     wait up to 1 s too long), else os.time().  A `now` that is not a
+--     finite number raises: that is misuse, not bad data.  Malformed
+--     values never raise: they return nil and a short message.
 -- Dates are turned into Unix time by calendar arithmetic here, not by
 -- os.time (which reads the local time zone), and are exact on every Lua.
 
@@ -142,7 +143,7 @@ end
 
 local function default_now()
   local ngx = rawget(G, "ngx")
-  if type(ngx) == "table" and ngx.time then return ngx.time() end
+  if type(ngx) == "table" and ngx.now then return ngx.now() end
   return os_time()
 end
 
@@ -210,22 +211,30 @@ local function delay_seconds(v)
   return n + 0.0
 end
 
-local function retry_after(value, now)
+-- a number value: delay-seconds already parsed
+local function parsed_seconds(value)
+  if value ~= value or value == 1 / 0 then
+    return nil, "Retry-After: not a finite number"
+  elseif value < 0 then
+    return nil, "Retry-After: negative number"
+  end
+  return (value > CAP and CAP or value) + 0.0
+end
+
+local function check_now(now)
   if now ~= nil and (type(now) ~= "number" or now ~= now
                      or now == 1 / 0 or now == -1 / 0) then
     error("bad argument #2 to 'retry_after' (finite number expected for"
           .. " 'now', got " .. (now ~= now and "nan"   -- not "-nan"
-            or type(now) == "number" and tostring(now) or type(now)) .. ")", 2)
+            or type(now) == "number" and tostring(now) or type(now)) .. ")", 3)
   end
+end
+
+local function retry_after(value, now)
+  check_now(now)
   local tv = type(value)
-  if tv == "number" then
-    if value ~= value or value == 1 / 0 then
-      return nil, "Retry-After: not a finite number"
-    elseif value < 0 then
-      return nil, "Retry-After: negative number"
-    end
-    return (value > CAP and CAP or value) + 0.0
-  elseif tv ~= "string" then
+  if tv == "number" then return parsed_seconds(value) end
+  if tv ~= "string" then
     return nil, "Retry-After: string expected, got " .. tv
   end
   local v = strip_ows(value)

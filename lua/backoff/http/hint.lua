@@ -101,17 +101,21 @@ end
 
 --- hint(headers [, status [, now]]) -> seconds, source | nil.  now: Unix
 -- seconds (default ngx.now() inside nginx, else os.time()).
-function M.hint(headers, status, now)
+local function check_args(status, now)
   if status ~= nil and type(status) ~= "number" then
     error("bad argument #2 to 'hint' (number or nil expected for "
-          .. "'status', got " .. type(status) .. ")", 2)
+          .. "'status', got " .. type(status) .. ")", 3)
   end
   if now ~= nil and (type(now) ~= "number" or now ~= now
                      or now == 1 / 0 or now == -1 / 0) then
     error("bad argument #3 to 'hint' (finite number expected for 'now', "
           .. "got " .. (now ~= now and "nan" or type(now) == "number"
-          and tostring(now) or type(now)) .. ")", 2)
+          and tostring(now) or type(now)) .. ")", 3)
   end
+end
+
+function M.hint(headers, status, now)
+  check_args(status, now)
   if type(headers) ~= "table" then return nil end
   local ra = header(headers, "Retry-After")
   if ra then
