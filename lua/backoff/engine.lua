@@ -10,8 +10,9 @@
 -- door uses it.
 --
 -- A run's state is a table `st`, built by E.state when the first
--- attempt failed (the happy path builds nothing: E.first_success and
--- E.admit_first take what they need as arguments).  The policy is never
+-- attempt failed, or by E.begin when the first attempt needs one (a
+-- deadline, a breaker); the happy path of backoff.retry builds nothing:
+-- E.first_success takes what it needs as arguments.  The policy is never
 -- changed: it is a template, cloned for the run.
 --
 -- Hooks have one shape: hook(err, <its own values>, attempt), and a door
@@ -161,17 +162,17 @@ function E.no_attempt(ropts, reason)
   end
 end
 
---- E.first_success(st, res1): the first attempt succeeded (nothing
--- more was built for the run)
-function E.first_success(st, res1)
-  local ropts = st.ropts
+--- E.first_success(ropts, ticket, ts, t0, obj, res1): the first
+-- attempt succeeded, and nothing more was built for the run (a door on
+-- its happy path passes what it has: the breaker's ticket, the
+-- attempt's and the run's start, the object whose clock counts)
+function E.first_success(ropts, ticket, ts, t0, obj, res1)
   if ropts == nil then return end
   local bud, br = ropts.budget, ropts.breaker
   if bud then tell_budget(bud, true, 1, nil) end
-  if br then br:record(true, st.ticket, elapsed_since(st.ts, st.b or
-                                                      st.policy)) end
+  if br then br:record(true, ticket, elapsed_since(ts, obj)) end
   if ropts.metrics or ropts.on_success then
-    E.ended_well(ropts, 1, 0, st.t0, st.b or st.policy, res1)
+    E.ended_well(ropts, 1, 0, t0, obj, res1)
   end
 end
 
@@ -477,7 +478,10 @@ end
 
 --- E.succeeded(st, res1): the current attempt succeeded
 function E.succeeded(st, res1)
-  if not st.ready then return E.first_success(st, res1) end
+  if not st.ready then
+    return E.first_success(st.ropts, st.ticket, st.ts, st.t0,
+                           st.b or st.policy, res1)
+  end
   E.record(st, true)
   local ropts = st.ropts
   if ropts and (ropts.metrics or ropts.on_success) then

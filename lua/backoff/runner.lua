@@ -101,12 +101,28 @@ end
 -- it out of its loops); weak: it keeps nothing alive
 local hot = setmetatable({}, { __mode = "v" })
 
+-- the results of the first attempt with ropts that need nothing
+-- before it (no deadline, breaker or on_success): nothing is built
+-- unless it failed
+local function after_light(policy, f, ropts, fn, r1, ...)
+  if r1 then
+    engine.first_success(ropts, nil, nil, nil, policy, r1)
+    return r1, ...
+  end
+  return failed(state(engine.begin(DOOR, policy, f, nil, ropts)), fn, (...))
+end
+
 local function first(method, policy, fn, ropts)
   local f, b
   f, b, ropts = arguments(method, policy, fn, ropts)
-  if ropts == nil and not f.duration and b == nil then
-    if type(fn) == "function" then hot[1] = policy end
-    return after_plain(policy, fn, fn(1))
+  if not f.duration and b == nil then
+    if ropts == nil then
+      if type(fn) == "function" then hot[1] = policy end
+      return after_plain(policy, fn, fn(1))
+    end
+    if not (ropts.breaker or ropts.on_success or ropts.retry_raised) then
+      return after_light(policy, f, ropts, fn, fn(1))
+    end
   end
   local st, reason = engine.begin(DOOR, policy, f, b, ropts)
   if not st then return nil, nil, reason end
