@@ -29,6 +29,8 @@
 #   make busted-as-documented  `busted` alone, as the README runs it
 #   make install-test    make install into scratch trees, loaded from there
 #                        by lua5.1, lua5.4, luajit and a real nginx
+#   make docs-test       every code block of README.md and doc/ run as
+#                        pasted (lua5.1, lua5.4, luajit, a real nginx)
 #   make rock-test       luarocks make (5.1 to 5.4), specs against the rock
 #   make lint            luacheck
 #   make clean           remove build/ (and in-place builds of old versions)
@@ -128,6 +130,7 @@ PKGS_busted := $(call build_pkgs,5.4) lua-busted
 PKGS_fresh-boot := $(call build_pkgs,$(V)) lua-busted util-linux
 PKGS_install-test := $(foreach v,5.1 5.4 luajit,$(call build_pkgs,$(v))) \
               lua-socket nginx libnginx-mod-http-lua
+PKGS_docs-test := $(PKGS_install-test) curl
 PKGS_rock-test := $(COMPILER) $(foreach v,$(LUA_VERSIONS),$(call lua_dev,$(v))) \
               luarocks lua-busted binutils
 PKGS_lint  := lua-check
@@ -136,7 +139,7 @@ PKGS_lint  := lua-check
 TARGETS := all demo test install uninstall print help bench bench-nginx \
            outage herd-reference ctest ctest-budget core-alone asan-busted \
            valgrind allocfail forged fuzz threads fresh-boot \
-           busted-as-documented install-test rock-test lint clean \
+           busted-as-documented install-test docs-test rock-test lint clean \
            rock-build rock-install
 .PHONY: $(TARGETS) FORCE
 # build/<v>/flags is made by a pattern rule only: keep it
@@ -320,6 +323,7 @@ test: deps-test $(foreach v,$(LUA_VERSIONS),$(call MODULE,$(v)))
 	@$(SUITE) nginx timeout 300 lua5.4 spec/nginx/run.lua $(CURDIR)
 	@$(SUITE) nginx-fleet timeout 120 lua5.4 spec/nginx/fleet.lua $(CURDIR)
 	@$(SUITE) make-install $(MAKE) -s install-test
+	@$(SUITE) docs-run $(MAKE) -s docs-test
 	@$(SUITE) nginx-budgets timeout 120 lua5.4 spec/nginx/fleet_budget.lua $(CURDIR)
 	@$(SUITE) nginx-http timeout 120 lua5.4 spec/nginx/http.lua $(CURDIR)
 	@$(SUITE) nginx-balancer timeout 300 lua5.4 spec/nginx/balancer.lua \
@@ -371,6 +375,12 @@ fresh-boot: deps-fresh-boot $(call MODULE,$(V))
 # then require "backoff" from there only: lua5.1, lua5.4, luajit, nginx
 install-test: deps-install-test $(foreach v,5.1 5.4 luajit,$(call MODULE,$(v)))
 	@MAKE='$(MAKE)' timeout 300 lua5.4 spec/install/run.lua $(CURDIR)
+
+# every fenced code block of README.md and doc/*.md: run as pasted, or
+# marked a fragment (CONTRIBUTING.md, "Docs that run"); then
+# examples/retry.lua, and the proof that it fails on a broken doc
+docs-test: deps-docs-test $(foreach v,5.1 5.4 luajit,$(call MODULE,$(v)))
+	@timeout 600 lua5.4 spec/docs/run.lua $(CURDIR)
 
 # the other build path: `luarocks make` into a private tree from a copy
 # of the checkout, then the specs against the installed rock only

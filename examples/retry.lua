@@ -1,6 +1,14 @@
--- A plain-Lua retry loop, two ways. Run from the repo root after `make`:
---   LUA_PATH='./lua/?.lua;;' LUA_CPATH='./build/5.4/?.so;;' \
---     lua5.4 examples/retry.lua
+-- A plain-Lua retry loop, two ways.  After `make` (or `make
+-- LUA_VERSION=5.1`, `luajit`, ...), from anywhere:
+--   lua5.4 examples/retry.lua
+-- It finds the checkout's lua/ and build/<version>/ beside it, before
+-- LUA_PATH and the defaults (where `make install` or LuaRocks put it).
+do
+  local root = ((arg and arg[0] or ""):match("^(.*/)") or "./") .. "../"
+  local version = rawget(_G, "jit") and "luajit" or _VERSION:match("%d%.%d")
+  package.path = root .. "lua/?.lua;" .. package.path
+  package.cpath = root .. "build/" .. version .. "/?.so;" .. package.cpath
+end
 local backoff = require "backoff"
 
 -- something that fails twice, then works
