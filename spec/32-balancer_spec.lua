@@ -1,5 +1,6 @@
--- backoff.balancer outside nginx: ngx (ctx, get_phase, status) and
--- ngx.balancer are fakes that record what the helper asks of nginx.
+-- backoff.balancer outside nginx: ngx (ctx, get_phase, status, exit,
+-- log) and ngx.balancer are fakes that record what the helper asks of
+-- nginx.
 
 local backoff = require "backoff.core"
 local budget = require "backoff.budget"
@@ -10,7 +11,7 @@ describe("backoff.balancer", function()
   local saved_ngx = rawget(_G, "ngx")
 
   before_each(function()
-    calls = { timeouts = {}, more = 0 }
+    calls = { timeouts = {}, more = 0, exits = {}, logs = {} }
     more_tries_result = { true }
     package.loaded["ngx.balancer"] = {
       set_timeouts = function(c, s, r)
@@ -27,6 +28,11 @@ describe("backoff.balancer", function()
     balancer = require "backoff.balancer"
     fake = { ctx = {}, phase = "balancer", status = 200 }
     fake.get_phase = function() return fake.phase end
+    fake.exit = function(code) calls.exits[#calls.exits + 1] = code end
+    fake.WARN = 5
+    fake.log = function(level, ...)
+      calls.logs[#calls.logs + 1] = { level, table.concat { ... } }
+    end
     rawset(_G, "ngx", fake)
     metrics.reset()
   end)
@@ -181,10 +187,38 @@ describe("backoff.balancer", function()
         local p = backoff.constant { delay = 0, max_attempts = 1 }
         assert.same({ true, 1, nil, 0 }, { balancer(p) })
         assert.equal(0, calls.more)           -- one try only: no grant
+        assert.same({}, calls.exits)
         assert.same({ nil, "max_attempts" }, { balancer(p) })
+        -- ended with NGX_BUSY (-3): nginx answers 502, where an HTTP
+        -- status given to ngx.exit would answer 500
+        assert.same({ -3 }, calls.exits)
         assert.same({ nil, "max_attempts" }, { balancer(p) })
+        assert.same({ -3, -3 }, calls.exits)
         assert.equal(0, calls.more)
       end)
+
+    it("says once per worker when the caller's ngx.exit turned a refusal "
+       .. "into 500", function()
+      local p = backoff.constant { delay = 0, max_attempts = 1 }
+      for _, status in ipairs { 502, 500, 500 } do
+        new_request()
+        balancer(p)
+        balancer(p)                           -- refused
+        log_phase(status)
+        balancer.done()
+      end
+      assert.equal(1, #calls.logs)
+      assert.equal(fake.WARN, calls.logs[1][1])
+      assert.matches("backoff.balancer: a refused try answered 500, not "
+        .. "502: when balancer() returns nil, return without ngx.exit",
+        calls.logs[1][2], 1, true)
+      new_request()                           -- a 500 nothing refused
+      balancer(p)
+      log_phase(500)
+      package.loaded["backoff.balancer"] = nil
+      require("backoff.balancer").done()
+      assert.equal(1, #calls.logs)
+    end)
 
     -- the refused try never reached a peer: the budget was told of the
     -- last try's failure when the refused one came, and done() must not
@@ -295,96 +329,101 @@ describe("backoff.balancer", function()
   end)
 
   describe("budgets", function()
-    it("pays with withdraw when it grants a try, and records each try",
+    it("grants with allows and pays with withdraw when the retry starts",
       function()
         local p = backoff.constant { delay = 0, max_attempts = 3 }
         local bud = logging_budget(100, 5)
         local opts = { budget = bud }
         balancer(p, opts)
-        assert.same({ { "withdraw", 5 } }, bud.log)
-        assert.equal(95, bud.tokens_)       -- paid when granted
+        assert.same({ { "allows", 5 } }, bud.log)
+        assert.equal(100, bud.tokens_)      -- a grant holds nothing
         balancer(p, opts)
-        assert.same({ { "withdraw", 5 }, { "record", false, 1, nil },
-          { "withdraw", 5 } }, bud.log)
+        assert.same({ { "allows", 5 }, { "record", false, 1, nil },
+          { "withdraw", 5 }, { "allows", 5 } }, bud.log)
         balancer(p, opts)                   -- the last try: no grant
-        assert.same({ "record", false, 2, 5 }, bud.log[4])
-        assert.equal(4, #bud.log)
+        assert.same({ "record", false, 2, 5 }, bud.log[5])
+        assert.same({ "withdraw", 5 }, bud.log[6])
+        assert.equal(6, #bud.log)
         assert.equal(90, bud.tokens_)
         log_phase(200)
         balancer.done(opts)
-        assert.same({ "record", true, 3, 5 }, bud.log[5])
+        assert.same({ "record", true, 3, 5 }, bud.log[7])
         balancer.done(opts)                 -- once per request
-        assert.equal(5, #bud.log)
+        assert.equal(7, #bud.log)
       end)
 
-    it("grants no try the budget refuses", function()
+    it("grants no try the budget does not allow", function()
       local p = backoff.constant { delay = 0, max_attempts = 5 }
       local bud = logging_budget(4, 5)
       balancer(p, { budget = bud })
       assert.equal(0, calls.more)
-      assert.same({ { "withdraw", 5 } }, bud.log)
-      assert.equal(4, bud.tokens_)
+      assert.same({ { "allows", 5 } }, bud.log)
     end)
 
-    it("gives back in done a try it granted that was not made", function()
+    -- the bound: a try after the first is made only when it is paid as
+    -- it starts; a grant another request's retries emptied the budget
+    -- for is refused, and nginx answers 502
+    it("refuses a granted try the budget can no longer pay for", function()
       local p = backoff.constant { delay = 0, max_attempts = 3 }
       local bud = logging_budget(5, 5)
       local opts = { budget = bud }
       balancer(p, opts)
-      assert.equal(0, bud.tokens_)          -- the grant took the last 5
-      log_phase(200)                        -- the first try succeeded
+      assert.equal(1, calls.more)
+      bud.tokens_ = 0                       -- other retries spent it
+      assert.same({ nil, "budget" }, { balancer(p, opts) })
+      assert.same({ -3 }, calls.exits)
+      assert.equal(1, calls.more)           -- and no further grant
+      log_phase(502)
       balancer.done(opts)
-      assert.same({ { "withdraw", 5 }, { "deposit", 5 },
-                    { "record", true, 1, nil } }, bud.log)
+      assert.same({ { "allows", 5 }, { "record", false, 1, nil },
+                    { "withdraw", 5 } }, bud.log)   -- recorded once
     end)
 
-    it("runs a granted retry paid already: a race cannot empty it",
-      function()
-        local p = backoff.constant { delay = 0, max_attempts = 3 }
-        local bud = logging_budget(5, 5)
-        local opts = { budget = bud }
-        balancer(p, opts)
-        bud.tokens_ = 0                     -- another request spent more
-        local ok, attempt = balancer(p, opts)
-        assert.same({ true, 2 }, { ok, attempt })
-        assert.equal(1, calls.more)         -- and no further grant
-        log_phase(200)
-        balancer.done(opts)
-        assert.same({ "record", true, 2, 5 }, bud.log[#bud.log])
-      end)
+    it("pays a try nginx started without a grant when it starts, or "
+       .. "refuses it", function()
+      local p = backoff.constant { delay = 0, max_attempts = 5 }
+      local bud = logging_budget(4, 5)
+      local opts = { budget = bud }
+      balancer(p, opts)
+      assert.equal(0, calls.more)           -- 4 tokens: no grant
+      bud.tokens_ = 5                       -- another request gave back
+      local ok, attempt = balancer(p, opts) -- nginx's own try
+      assert.same({ true, 2 }, { ok, attempt })
+      assert.equal(0, bud.tokens_)          -- paid as it started
+      assert.same({}, calls.exits)
+      assert.same({ nil, "budget" }, { balancer(p, opts) })
+      assert.same({ -3 }, calls.exits)
+    end)
 
-    it("never lets more retries through than the budget had", function()
-      -- requests in flight together: each grant is paid when made, so
-      -- the budget's capacity bounds the retries whatever the overlap
+    it("never lets more retries through than the budget had, however "
+       .. "many requests are in flight", function()
       local bud = budget { capacity = 20, cost = 5, refund = 0 }
       local p = backoff.constant { delay = 0, max_attempts = 4 }
-      local ctxs, retries = {}, 0
-      for i = 1, 10 do                      -- ten first tries at once
-        fake.ctx = {}
+      local ctxs, made, refused = {}, 0, 0
+      for i = 1, 10 do                      -- ten first tries at once,
+        fake.ctx = {}                       -- each granted a retry
         balancer(p, { budget = bud })
         ctxs[i] = fake.ctx
       end
-      assert.equal(4, calls.more)           -- 20 tokens: 4 grants
-      for i = 1, 10 do                      -- every first try fails;
-        fake.ctx = ctxs[i]                  -- nginx retries the granted
-        if ctxs[i].backoff_balancer.prepaid then
-          assert.is_true((balancer(p, { budget = bud })))
-          retries = retries + 1
-        end
+      assert.equal(10, calls.more)
+      for i = 1, 10 do                      -- every first try fails
+        fake.ctx = ctxs[i]
+        if balancer(p, { budget = bud }) then made = made + 1
+        else refused = refused + 1 end
       end
-      assert.equal(4, retries)
+      assert.same({ 4, 6 }, { made, refused })   -- 20 tokens: 4 retries
+      assert.equal(6, #calls.exits)
       assert.equal(0, bud:tokens())
     end)
 
-    it("pays at each grant from a budget without allows", function()
+    it("pays each retry of a token bucket as it starts", function()
       local p = backoff.constant { delay = 0, max_attempts = 5 }
       local bud = budget { capacity = 10, cost = 5 }
       balancer(p, { budget = bud })
       assert.equal(1, calls.more)
-      assert.equal(5, bud:tokens())         -- paid when granted
+      assert.equal(10, bud:tokens())        -- nothing held by the grant
       balancer(p, { budget = bud })
-      assert.equal(0, bud:tokens())
-      assert.equal(2, calls.more)
+      assert.equal(5, bud:tokens())
       balancer(p, { budget = bud })
       assert.equal(0, bud:tokens())
       assert.equal(2, calls.more)           -- 0 tokens: no third grant
@@ -416,8 +455,7 @@ describe("backoff.balancer", function()
       assert.equal(46, bud:tokens())        -- + the cost of the retry
     end)
 
-    it("records nothing for a client abort, and gives back a grant not "
-       .. "used", function()
+    it("records and deposits nothing for a client abort", function()
       local p = backoff.constant { delay = 0, max_attempts = 10 }
       for _, status in ipairs { 499, 408 } do
         local bud = logging_budget(100, 5)
@@ -427,8 +465,7 @@ describe("backoff.balancer", function()
         local n = #bud.log
         log_phase(status)
         balancer.done({ budget = bud })
-        assert.equal(n + 1, #bud.log)
-        assert.same({ "deposit", 5 }, bud.log[n + 1])
+        assert.equal(n, #bud.log)
         local tb = budget { capacity = 100, cost = 5 }
         tb:withdraw(50)
         new_request()

@@ -3,12 +3,13 @@
 -- log_by_lua* when the request ends.  doc/balancer.md is the reference.
 --
 --   upstream backend {
---     server 0.0.0.1;   # one placeholder: the Lua code picks the peer
+--     server 10.0.0.1:8080;   # the servers (or one placeholder,
+--     server 10.0.0.2:8080;   # 0.0.0.1): the Lua code picks the peer
 --     balancer_by_lua_block {
 --       local app = require "myapp"     -- policy, budget, peers
 --       local ok, attempt = require("backoff.balancer")(app.policy,
 --                             { budget = app.budget })
---       if not ok then return ngx.exit(502) end
+--       if not ok then return end     -- refused: nginx answers 502
 --       local peer = app.peers[(attempt - 1) % #app.peers + 1]
 --       assert(require("ngx.balancer").set_current_peer(peer[1], peer[2]))
 --     }
@@ -26,12 +27,26 @@
 --   * the next try is granted (set_more_tries(1), at most once per try)
 --     only when it may be made (engine.reserve: fewer than max_attempts
 --     tries so far, at least min_attempt_time left after this try's
---     timeout, the breaker closed) and its retry is paid for at once
---     from the budget: the budget's bound holds however many requests
---     are in flight.  A granted try is never refused; one granted and
---     not made (the request ended first) is given back by done;
---   * a try nginx starts without a grant (several servers in the
---     upstream block) is decided then, as a retry would be, and paid;
+--     timeout, the breaker closed, the budget allowing it); never again
+--     once nginx reported its cap (proxy_next_upstream_tries);
+--   * every try after the first is paid when it starts (withdraw), and
+--     made only if it is paid and the breaker allows it: the budget's
+--     bound holds however many requests are in flight (a grant paid
+--     later let each of them retry once past it).  It is paid then, not
+--     at the grant: a grant held by each request in flight would empty
+--     a small budget on a good day;
+--   * a try nginx starts without a grant (each `server` line of the
+--     upstream block gives nginx one try of its own; a failed cached
+--     keepalive connection one more) is decided then, as a retry would
+--     be: the policy, the deadline, the breaker, the budget;
+--   * a try refused ends the request with ngx.exit(NGX_BUSY): nginx
+--     answers 502 (logging "no live upstreams").  An HTTP status given
+--     to ngx.exit in the balancer phase becomes 500 in stock
+--     lua-nginx-module (any code > 0 is NGX_ERROR there, unless nginx
+--     has OpenResty's balancer status patch), and NGX_DECLINED loops
+--     nginx on the same try when proxy_next_upstream has `error`: so
+--     the caller just returns;
+--   * the budget and the breaker are told the outcome of every try;
 --   * balancer.done counts 499 (client closed) and 408 (client timed
 --     out) as neither success nor failure: nothing recorded.
 
@@ -96,8 +111,8 @@ local function set_timeouts(timeout, factors)
   if not ok then error("backoff.balancer: set_timeouts: " .. tostring(err)) end
 end
 
--- Grant one more try after this one when the engine reserves it; else
--- note in st.stop why not.
+-- Grant one more try after this one when the engine says it may be
+-- made; else note in st.stop why not.
 local function grant(st)
   if st.capped then return end
   local ok, why = engine.reserve(st, st.timeout)
@@ -107,15 +122,25 @@ local function grant(st)
   end
   local done, warn = nb.set_more_tries(1)
   if not done then
-    engine.unreserve(st)
     error("backoff.balancer: set_more_tries: " .. tostring(warn))
   end
   if warn then                      -- "reduced tries due to limit"
-    engine.unreserve(st)
     st.capped, st.stop = true, "next_upstream_tries"
     return
   end
-  st.stop = nil
+  st.granted, st.stop = true, nil
+end
+
+-- ngx_int_t NGX_BUSY: from the balancer phase, nginx's "no live
+-- upstreams" path, which answers 502 (ngx_http_upstream_next with
+-- NGX_HTTP_UPSTREAM_FT_NOLIVE, a failure proxy_next_upstream never
+-- retries)
+local NGX_BUSY = -3
+
+-- the try nginx started is not made: nginx answers 502
+local function refuse(ngx, reason)
+  ngx.exit(NGX_BUSY)
+  return nil, reason
 end
 
 -- the first try of a request: its state, kept in ngx.ctx
@@ -144,13 +169,15 @@ local function balancer(policy, opts)
     st, reason = first_try(policy, f, opts, ctx, key)
     if not st then return nil, reason end
   else
-    if st.reason then return nil, st.reason end
-    local timeout, reason = engine.retry_now(st)
+    if st.reason then return refuse(ngx, st.reason) end
+    local granted = st.granted
+    st.granted = false
+    local timeout, reason = engine.retry_now(st, granted)
     if reason then
-      -- this try is not made: its failure was recorded (done must not
-      -- again)
+      -- this try is not made: the last one's failure was recorded (done
+      -- must not again)
       st.reason, st.stop, st.recorded = reason, reason, true
-      return nil, reason
+      return refuse(ngx, reason)
     end
     delay = st.b:delay()
     st.timeout = timeout
@@ -165,6 +192,17 @@ local M = {}
 
 -- the request ended without a verdict on the upstream: the client went
 local aborts = { [499] = true, [408] = true }
+
+-- A refused try that answered 500 means the caller's ngx.exit(status)
+-- replaced nginx's 502: said once per worker.
+local warned = false
+local function warn_500(ngx)
+  if warned then return end
+  warned = true
+  ngx.log(ngx.WARN, "backoff.balancer: a refused try answered 500, not "
+    .. "502: when balancer() returns nil, return without ngx.exit (in the "
+    .. "balancer phase lua-nginx-module turns an HTTP status into 500)")
+end
 
 --- balancer.done(opts [, ok]) in log_by_lua*: the outcome of the last
 -- try, for the budget, the breaker and the metrics.  ok: true/false, or
@@ -181,7 +219,7 @@ function M.done(opts, ok)
   local st = ngx.ctx[rawget(opts, "ctx_key") or DEFAULT_KEY]
   if st == nil or st.done then return end
   st.done = true
-  engine.unreserve(st)              -- a granted try that was not made
+  if st.reason and ngx.status == 500 then warn_500(ngx) end
   local aborted = false
   if ok == nil then
     local status = ngx.status

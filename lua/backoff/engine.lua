@@ -413,14 +413,24 @@ end
 
 ------------------------------------------------------------------------
 -- a door that cannot wait (the balancer): the next attempt is granted
--- while the current one runs, and paid for then
+-- while the current one runs, and decided when it starts
+
+-- would bud:withdraw(cost) succeed now?  allows() when the budget has
+-- it; else tokens() >= cost; else (a user object) let withdraw decide
+local function budget_allows(bud, cost)
+  if bud.allows then return bud:allows(cost) and true or false end
+  if cost and util.has_method(bud, "tokens") then
+    return bud:tokens() >= cost
+  end
+  return true
+end
 
 --- E.reserve(st, timeout) -> true | nil, reason: may attempt
 -- st.attempt + 1 be made if the current one (with this timeout) fails?
--- Then its retry is paid now (st.prepaid): the budget's bound holds
--- whatever number of requests are in flight.
+-- A peek: nothing is taken.  The retry is paid when it starts
+-- (E.retry_now), so a grant costs nothing to the requests in flight
+-- that never need it, and the budget still pays for every retry made.
 function E.reserve(st, timeout)
-  if st.prepaid then return true end
   if st.max_attempts > 0 and st.attempt >= st.max_attempts then
     return nil, "max_attempts"
   end
@@ -431,44 +441,36 @@ function E.reserve(st, timeout)
   local br = st.br
   if br and not br:allows() then return nil, "circuit_open" end
   local bud = st.bud
-  if bud and not bud:withdraw(st.cost) then return nil, "budget" end
-  st.prepaid = true
+  if bud and not budget_allows(bud, st.cost) then return nil, "budget" end
   return true
 end
 
---- E.unreserve(st): the attempt paid for ahead was not made (the
--- request ended before it): give its retry back
-function E.unreserve(st)
-  if not st.prepaid then return end
-  st.prepaid = nil
-  local bud = st.bud
-  if bud and bud.deposit then bud:deposit(st.cost) end
-end
-
---- E.retry_now(st) -> timeout | nil, reason: the current attempt
--- failed and the next starts now, without a wait (the balancer: nginx
--- started it).  Paid ahead (E.reserve): it goes ahead whatever the
--- policy says now (a granted try is never refused).  Not paid ahead:
--- decided here, as a retry would be.
-function E.retry_now(st)
+--- E.retry_now(st, granted) -> timeout | nil, reason: the current
+-- attempt failed and the next starts now, without a wait (the balancer:
+-- nginx started it).  Granted (E.reserve said yes), the policy's
+-- limits and the deadline were checked then (a late start runs with
+-- what is left); not granted, they are checked now.  Either way it is
+-- made only when the breaker allows it and the budget pays for it.
+function E.retry_now(st, granted)
   E.record(st, false)
   local now = core_now(st.b)
   local delay, t = core_failure(st.b, now)
   local left = E.left(st, now)
-  if st.prepaid then
-    st.prepaid, st.paid, st.owed = nil, st.cost, true
-    if delay == nil then t = nil end
-  else
+  if not granted then
     if delay == nil then return nil, t end
     if E.too_late(st, left) then return nil, "max_actual_duration" end
-    local br = st.br
-    if br and not br:allows() then return nil, "circuit_open" end
-    if not E.pay(st, st.cost) then return nil, "budget" end
+  elseif delay == nil then
+    t = nil
   end
   local br = st.br
   if br then
-    local _, ticket = br:allow()
+    local ok, ticket = br:allow()
+    if not ok then return nil, "circuit_open" end
     st.ticket = ticket
+  end
+  if not E.pay(st, st.cost) then
+    E.release(st)
+    return nil, "budget"
   end
   st.attempt = st.attempt + 1
   st.timeout = E.try_timeout(st, t, left)

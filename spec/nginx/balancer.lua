@@ -5,8 +5,13 @@
 -- tries per request never beyond proxy_next_upstream_tries or
 -- max_attempts, no request past its 1 s deadline by more than 10 ms,
 -- every failing request answered with the caller's 502 (never 500), and
--- a client abort paying nothing back.  nginx runs under `timeout`, is
--- stopped by its pid; the load is bounded (2,400 requests, 60 s).  TAP.
+-- a client abort paying nothing it did not use.  With two `server`
+-- lines in the upstream block (nginx's own tries): every failing
+-- request still answers 502, and the budget's bound holds: retries made
+-- (the peers' logs, /metrics) are exactly those the budget was paid for
+-- and kept (a token bucket of 100, the recommended budget; the hanging
+-- and the 503 peer).  nginx runs under `timeout`, is stopped by its pid;
+-- the load is bounded (6,400 requests, 60 s each run).  TAP.
 --   lua5.4 spec/nginx/balancer.lua ROOT
 local socket = require "socket"
 
@@ -89,11 +94,21 @@ end
 -- request id -> tries, as the peers logged them
 local function tries_by_peers()
   local t = {}
-  for _, peer in ipairs { "hang", "fail", "close" } do
+  for _, peer in ipairs { "hang", "fail", "close", "mixed" } do
     for line in lines(peer .. ".log") do
       local id = line:match("^(%x+) ")
       if id then t[id] = (t[id] or 0) + 1 end
     end
+  end
+  return t
+end
+
+-- request id -> the status of its last try, as a peer logged it
+local function last_status(peer)
+  local t = {}
+  for line in lines(peer .. ".log") do
+    local id, status = line:match("^(%x+) (%d+)")
+    if id then t[id] = tonumber(status) end
   end
   return t
 end
@@ -226,6 +241,168 @@ local function metrics_checks(port)
       c.close and c.close.giveups, c.hang10 and c.hang10.giveups))
 end
 
+-- retries made on a route, as the peers saw them: the tries of its
+-- requests beyond the first; and the requests whose last try nginx
+-- started and the balancer refused (the gateway logs one more try for
+-- it than the peers saw: a "502" nginx answered itself)
+local function retries_seen(uri)
+  local peers, made, refused, bad = tries_by_peers(), 0, 0, {}
+  local reqs = gateway(uri)
+  for _, r in ipairs(reqs) do
+    local n = peers[r.id] or 0
+    made = made + math.max(n - 1, 0)
+    if r.tries == n + 1 and r.upstream:match("502$") then
+      refused = refused + 1
+    elseif r.tries ~= n then
+      bad[#bad + 1] = ("%s: %d tries seen by the peers, %d by the gateway "
+        .. "(%s)"):format(r.id, n, r.tries, r.upstream)
+    end
+  end
+  return made, refused, reqs, bad
+end
+
+-- /metrics: the value of backoff_<counter>_total{name="<name>"}
+local function metric(port, counter, name)
+  local text = get(port, "/metrics") or ""
+  return tonumber(text:match("\nbackoff_" .. counter .. '_total{name="'
+    .. name .. '"} (%d+)'))
+end
+
+local function budgets(port)
+  local b = {}
+  for line in (get(port, "/budgets") or ""):gmatch("[^\n]+") do
+    local r, rest = line:match("^(%S+) (.*)$")
+    if r then b[r] = {}
+      for k, v in rest:gmatch("(%w+)=(%d+)") do b[r][k] = tonumber(v) end
+    end
+  end
+  return b
+end
+
+local function answers_of(reqs, statuses)
+  local gw, client, shown = {}, {}, {}
+  for _, r in ipairs(reqs) do gw[r.status] = (gw[r.status] or 0) + 1 end
+  for _, st in ipairs(statuses) do client[st] = (client[st] or 0) + 1 end
+  for st, k in pairs(gw) do shown[#shown + 1] = st .. " x" .. k end
+  table.sort(shown)
+  return gw, client, table.concat(shown, ", ")
+end
+
+-- refused tries, over every route of the natural upstream
+local refused_total = 0
+
+-- the configuration people write: two server lines.  Every failing
+-- request makes max_attempts tries, then nginx starts one of its own,
+-- which the balancer refuses: nginx answers 502 (it answered 500 when
+-- the caller's ngx.exit(502) refused it)
+local function natural_checks(port)
+  local total = 800
+  local t0 = now()
+  local statuses, err = load(port, "/natural", total, CONCURRENCY, 60)
+  if not check(statuses ~= nil, ("/natural (two server lines): %d "
+      .. "requests, %d in flight, all answered"):format(total, CONCURRENCY),
+      err) then
+    return
+  end
+  local took = now() - t0
+  socket.sleep(0.3)
+  local made, refused, reqs, bad = retries_seen("/natural")
+  refused_total = refused_total + refused
+  local gw, client, shown = answers_of(reqs, statuses)
+  print(("# /natural: %d requests in %.1f s; %d retries made, %d last "
+    .. "tries refused; answers %s"):format(#reqs, took, made, refused,
+    shown))
+  check(#reqs == total and #bad == 0 and made == total * (MAX_ATTEMPTS - 1)
+    and refused == total, "/natural: every request made max_attempts (4) "
+    .. "tries, then its fifth, nginx's own, was refused",
+    ("%d requests, %d retries, %d refused; %s"):format(#reqs, made,
+    refused, table.concat(bad, "\n", 1, math.min(#bad, 10))))
+  check(gw[502] == total and client[502] == total,
+    "/natural: every failing request answered 502, none 500 (two server "
+    .. "lines, the balancer's refusal)", shown)
+  local c = counts(port)
+  check(c.natural and c.natural.attempts == total * MAX_ATTEMPTS
+    and c.natural.giveups == "max_attempts:" .. total,
+    "/natural: metrics count the tries made, not the refused one",
+    c.natural and ("attempts %d giveups %s"):format(c.natural.attempts,
+    c.natural.giveups))
+end
+
+-- The budget's bound, two server lines.  Each retry made was paid:
+-- granted (withdraw at the grant) or started by nginx and paid then;
+-- a grant not used was given back (deposit).  So, no success being
+-- seen (each deposit is a give-back), exactly:
+--   retries made = paid - given back = (counter before - after) / cost
+-- (the counter only moves by withdraw and deposit), and the counter
+-- never goes below 0 (token bucket) or capacity - reserve (earned): at
+-- most capacity / cost retries in all.
+local BUDGET_RUNS = {
+  { "/tb_hang", 400, "a token bucket of 100, the hanging peer" },
+  { "/tb_fail", 800, "a token bucket of 100, the 503 peer" },
+  { "/tb_mixed", 800, "a token bucket of 100, the 503-or-500 peer" },
+  { "/rec_hang", 400, "the recommended budget, the hanging peer" },
+  { "/rec_fail", 800, "the recommended budget, the 503 peer" },
+}
+
+local function budget_checks(port)
+  for _, run in ipairs(BUDGET_RUNS) do
+    local uri, total, what = run[1], run[2], run[3]
+    local name = uri:sub(2)
+    local before = budgets(port)[name]
+    local t0 = now()
+    local statuses, err = load(port, uri, total, CONCURRENCY, 60)
+    if not check(statuses ~= nil, ("%s: %d requests, %d in flight, all "
+        .. "answered"):format(uri, total, CONCURRENCY), err) then
+      return
+    end
+    local took = now() - t0
+    socket.sleep(0.3)
+    local after = budgets(port)[name]
+    local made, refused, reqs, bad = retries_seen(uri)
+    refused_total = refused_total + refused
+    local counted = metric(port, "retries", name) or 0
+    local gw, client, shown = answers_of(reqs, statuses)
+    local spent = (before.counter - after.counter) / after.unit
+    local kept = after.paid - after.back
+    local most = after.capacity / after.cost
+    print(("# %s (%s): %d requests in %.1f s; retries made %d (peers), %d "
+      .. "(/metrics); budget paid %d, given back %d, counter %d -> %d "
+      .. "(%s spent, at most %d); %d last tries refused; answers %s")
+      :format(uri, what, #reqs, took, made, counted, after.paid,
+      after.back, before.counter, after.counter, spent, most, refused,
+      shown))
+    check(#reqs == total and #bad == 0 and made == counted, uri
+      .. ": retries made counted alike by the peers and /metrics",
+      ("peers %d, /metrics %d; %s"):format(made, counted,
+      table.concat(bad, "\n", 1, math.min(#bad, 10))))
+    check(made == kept and kept * before.cost == spent and made <= most,
+      ("%s: retries made = paid - given back = the budget's spend, at "
+      .. "most %d (%s)"):format(uri, most, what),
+      ("made %d, paid %d, given back %d, spent %s"):format(made,
+      after.paid, after.back, spent))
+    if uri == "/tb_mixed" then
+      -- a 500 ends a request (not retried): its grant cost nothing (a
+      -- retry is paid when it starts); it answers the peer's 500, every
+      -- other request 502
+      local last, seen, passed = last_status("mixed"), tries_by_peers(), 0
+      for _, r in ipairs(reqs) do
+        if last[r.id] == 500 and r.tries == seen[r.id] then
+          passed = passed + 1
+        end
+      end
+      check(after.back == 0 and gw[500] == passed and client[500] == passed
+        and gw[502] == total - passed and client[502] == total - passed,
+        uri .. ": nothing paid for a grant not used (a 500 is not "
+        .. "retried); the peer's 500 passed on, every other request "
+        .. "answered 502", ("given back "
+        .. "%d; %d last tries 500; %s"):format(after.back, passed, shown))
+    else
+      check(gw[502] == total and client[502] == total,
+        uri .. ": every failing request answered 502, none 500", shown)
+    end
+  end
+end
+
 -- a client that goes away after `after` seconds
 local function abort_after(port, after)
   local c = socket.tcp()
@@ -250,10 +427,11 @@ local function abort_checks(port)
   check(setup == "50" and aborted == 2,
     "two clients closed their requests to /abort (499)",
     ("tokens %s, 499s %d"):format(tostring(setup), aborted))
-  check(c1.tokens == 50, "an abort during the first try: nothing deposited",
-    "tokens " .. tostring(c1.tokens))
-  check(c2.tokens == 45, "an abort during a retry: its cost paid, nothing "
-    .. "deposited or given back", "tokens " .. tostring(c2.tokens))
+  check(c1.tokens == 50, "an abort during the first try: its grant given "
+    .. "back, nothing deposited", "tokens " .. tostring(c1.tokens))
+  check(c2.tokens == 45, "an abort during a retry: its cost paid, its "
+    .. "grant given back, nothing deposited", "tokens "
+    .. tostring(c2.tokens))
   check(c2.abort and c2.abort.attempts == 3 and c2.abort.successes == 0
     and c2.abort.giveups == "",
     "an abort counts its tries, and neither a success nor a give-up",
@@ -263,29 +441,37 @@ end
 
 local function main()
   local ports = { main = H.free_port(), hang = H.free_port(),
-                  fail = H.free_port(), close = H.free_port() }
+                  fail = H.free_port(), close = H.free_port(),
+                  mixed = H.free_port() }
   local ok, err = H.start_nginx(PREFIX,
     ROOT .. "/spec/nginx/balancer.conf.in",
     { ROOT = ROOT, PORT = ports.main, HANG = ports.hang,
-      FAIL = ports.fail, CLOSE = ports.close },
+      FAIL = ports.fail, CLOSE = ports.close, MIXED = ports.mixed },
     120, function() return get(ports.main, "/ping") and true end)
   if not check(ok, "nginx with 2 workers and the Lua module starts on "
                .. "127.0.0.1", err) then
     return
   end
-  for _, f in ipairs { load_checks, metrics_checks, abort_checks } do
+  for _, f in ipairs { load_checks, metrics_checks, abort_checks,
+                       natural_checks, budget_checks } do
     local fine, e = pcall(f, ports.main)
     check(fine, "checks ran without a Lua error", e)
   end
   H.stop_nginx(PREFIX)
-  -- what the peers cause on purpose
+  -- what the peers cause on purpose, and nginx's word for each try the
+  -- balancer refused
   local bad = H.errors_logged(PREFIX, "upstream timed out")
-  local left = {}
+  local left, no_live = {}, 0
   for _, line in ipairs(bad) do
-    if not line:match("upstream prematurely closed") then
+    if line:match("no live upstreams while connecting to upstream") then
+      no_live = no_live + 1
+    elseif not line:match("upstream prematurely closed") then
       left[#left + 1] = line
     end
   end
+  check(no_live == refused_total and refused_total > 0, "nginx logged "
+    .. "\"no live upstreams\" once per refused try, and for nothing else",
+    ("%d logged, %d refused"):format(no_live, refused_total))
   check(#left == 0, "nginx logged no other error (none from the "
     .. "balancer)", table.concat(left, "\n", 1, math.min(#left, 10)))
 end

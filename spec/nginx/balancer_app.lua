@@ -1,6 +1,7 @@
 -- The OpenResty side of spec/nginx/balancer.lua: backoff.balancer in
 -- front of three peers (hang, 503, close), with a shared budget and
--- metrics per route.
+-- metrics per route; the budget routes' budgets count what they paid
+-- and gave back.
 local backoff = require "backoff"
 local balancer = require "backoff.balancer"
 local metrics = require "backoff.metrics"
@@ -32,19 +33,58 @@ function app.init(p)
                    { shared = ngx.shared.metrics }),
                  budget = backoff.budget { shared = ngx.shared.budget,
                    key = "abort", capacity = 100, cost = 5, refund = 1 } }
+  opts.natural = { budget = big, metrics = metrics.new("natural",
+                     { shared = ngx.shared.metrics }) }
+  for _, r in ipairs { "tb_hang", "tb_fail", "tb_mixed", "rec_hang",
+                       "rec_fail" } do
+    local bud = r:sub(1, 2) == "tb"
+      and backoff.budget { shared = ngx.shared.budget, key = r,
+                           capacity = 100, cost = 1, refund = 1 }
+      or backoff.budget.recommended { shared = ngx.shared.budget, key = r }
+    opts[r] = { budget = app.counted(r, bud), metrics = metrics.new(r,
+                  { shared = ngx.shared.metrics }) }
+  end
+end
+
+-- bud, counting in the dict its withdrawals that paid ("<name>|paid")
+-- and its deposits ("<name>|back"): the balancer gives back only with
+-- deposit, and the budget routes see no success (a 500 is a failure),
+-- whose record would deposit inside the budget
+function app.counted(name, bud)
+  local d = ngx.shared.budget
+  local w = { raw = bud }
+  function w.withdraw(_, c)
+    local ok = bud:withdraw(c)
+    if ok then d:incr(name .. "|paid", 1, 0) end
+    return ok
+  end
+  function w.deposit(_, n)
+    d:incr(name .. "|back", 1, 0)
+    return bud:deposit(n)
+  end
+  function w.record(_, ...) return bud:record(...) end
+  function w.tokens() return bud:tokens() end
+  function w.cost() return bud:cost() end
+  return w
 end
 
 local PEER = { hang = "hang", hang10 = "hang", fail = "fail",
-               fail3 = "fail", close = "close", abort = "hang" }
+               fail3 = "fail", close = "close", abort = "hang",
+               tb_hang = "hang", tb_fail = "fail", tb_mixed = "mixed",
+               rec_hang = "hang", rec_fail = "fail" }
 
 local function route() return ngx.var.uri:sub(2) end
 
 function app.balance()
   local r = route()
-  local ok = balancer(r == "hang10" and policies.ten or policies.four,
-                      opts[r])
-  if not ok then return ngx.exit(502) end
-  assert(nb.set_current_peer("127.0.0.1", ports[PEER[r]]))
+  local ok, attempt = balancer(r == "hang10" and policies.ten
+                               or policies.four, opts[r])
+  if not ok then return end         -- refused: nginx answers 502
+  local peer = PEER[r]
+  if r == "natural" then            -- the fail and close peers in turn
+    peer = attempt % 2 == 1 and "fail" or "close"
+  end
+  assert(nb.set_current_peer("127.0.0.1", ports[peer]))
 end
 
 function app.done()
@@ -54,7 +94,7 @@ end
 -- the metrics of every route, and the abort budget's tokens
 function app.counts()
   for _, r in ipairs { "hang", "hang10", "fail", "fail3", "close",
-                       "abort" } do
+                       "abort", "natural" } do
     local c = opts[r].metrics:counts()
     local g = {}
     for reason, n in pairs(c.giveups) do g[#g + 1] = reason .. ":" .. n end
@@ -63,6 +103,26 @@ function app.counts()
             " giveups=", table.concat(g, ","))
   end
   ngx.say("tokens=", opts.abort.budget:tokens())
+end
+
+-- each budget route: its budget's counter as stored (the token bucket's
+-- tokens; the earned kind's counter in thousandths, a missing key being
+-- full), the withdrawals that paid, the deposits
+function app.budgets()
+  local d = ngx.shared.budget
+  for _, r in ipairs { "tb_hang", "tb_fail", "tb_mixed", "rec_hang",
+                       "rec_fail" } do
+    local raw = opts[r].budget.raw
+    local counter, unit
+    if r:sub(1, 2) == "tb" then
+      counter, unit = raw:tokens(), 1
+    else
+      counter, unit = d:get(raw:dict_key()) or raw:capacity() * 1000, 1000
+    end
+    ngx.say(r, " counter=", counter, " unit=", unit, " cost=", raw:cost(),
+            " capacity=", raw:capacity(), " paid=", d:get(r .. "|paid") or 0,
+            " back=", d:get(r .. "|back") or 0)
+  end
 end
 
 -- the abort budget at 50 of 100 tokens: a deposit would show

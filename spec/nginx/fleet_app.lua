@@ -176,7 +176,7 @@ end
 function app.balance(hang, fail)
   local name = ngx.var.arg_p or "limits"
   local ok, attempt, timeout = balancer(policies[name], balancer_opts())
-  if not ok then return ngx.exit(502) end
+  if not ok then return end         -- refused: nginx answers 502
   local port = hang
   if name == "limits" and attempt % 2 == 0 then port = fail end
   local ctx = ngx.ctx
