@@ -262,7 +262,15 @@ uninstall:
 # apt-get from here.  backoff-delays is installed as backoff-delays-5.x
 # (the Lua version: 5.1 for LuaJIT), so rocks for several Lua versions
 # in one tree do not fight over one file: LuaRocks moves a file it does
-# not track for this version aside as backoff-delays~, ~~, ~~~.
+# not track for this version aside as backoff-delays~, ~~, ~~~.  The
+# documented name, backoff-delays, is a launcher (bin/backoff-delays-
+# launcher) that runs the newest backoff-delays-5.x beside it; in a tree
+# it belongs to one version's rock: a rock ships it unless the tree has
+# one already that this version's manifest does not list (another
+# version's; this version's own, from an older release, is replaced as
+# LuaRocks replaces any file).  BINDIR is then
+# <tree>/lib/luarocks/rocks-5.x/backoff/<version>/bin; in any other
+# layout the launcher is shipped.
 ROCK_OUT = $(BUILD)/rock/$(notdir $(LUA))
 rock-build:
 	@test -f '$(LUA_INCLUDE_DIR)/lua.h' || { echo "backoff: no lua.h in" \
@@ -283,6 +291,17 @@ rock-install:
 	@v=$$($(LUA) -e 'io.write((_VERSION:gsub("^Lua ", "")))') && \
 	  $(ECHO) "$(INSTALL) -m 755 bin/backoff-delays '$(BINDIR)/backoff-delays-$$v'" && \
 	  $(INSTALL) -m 755 bin/backoff-delays "$(BINDIR)/backoff-delays-$$v"
+	@tree_bin=; case '$(BINDIR)' in */lib/luarocks/rocks-*/*/*/bin) \
+	  rocks=$$(cd '$(BINDIR)/../../..' && pwd) && \
+	  tree_bin=$$(cd "$$rocks/../../.." && pwd)/bin ;; esac; \
+	if [ -n "$$tree_bin" ] && [ -e "$$tree_bin/backoff-delays" ] && \
+	   ! grep -q '\["backoff-delays"\]' "$$rocks/manifest" 2>/dev/null; then \
+	  $(ECHO) "backoff: $$tree_bin/backoff-delays is another Lua version's:" \
+	    "it runs this one too"; \
+	else \
+	  $(ECHO) "$(INSTALL) -m 755 bin/backoff-delays-launcher '$(BINDIR)/backoff-delays'"; \
+	  $(INSTALL) -m 755 bin/backoff-delays-launcher '$(BINDIR)/backoff-delays'; \
+	fi
 
 # ---- tests ---------------------------------------------------------
 

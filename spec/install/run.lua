@@ -165,6 +165,14 @@ for _, v in ipairs { "5.1", "5.4", "luajit" } do
   check(first == "#!/usr/bin/env " .. lua and ok and out == LIMD,
     "the installed backoff-delays runs " .. lua
     .. " and prints the LIMD example", first .. "\n" .. out)
+  -- no outcome: the usage on stderr only, and exit status 2
+  out = run(env .. q(bin) .. " -a exponential --initial-delay 1 2>"
+    .. q(SCRATCH .. "/none.err") .. "; echo \"status=$?\"")
+  local err = H.read_file(SCRATCH .. "/none.err")
+  check(out:match("^status=2\n") and err:match("^backoff%-delays: no outcome")
+    and err:find("\nusage: backoff-delays", 1, true),
+    "the installed backoff-delays with no outcome prints the usage on "
+    .. "stderr, nothing on stdout, and exits 2", out .. err)
 
   out, ok = run(("%s -s -C %s uninstall LUA_VERSION=%s DESTDIR=%s")
     :format(MAKE, q(ROOT), v, q(dest)))
