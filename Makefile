@@ -36,12 +36,25 @@
 #   make clean           remove build/ (and in-place builds of old versions)
 #   make rock-build, make rock-install   what `luarocks make` runs
 #
-# Variables: LUA_VERSION (5.1 5.2 5.3 5.4 luajit; default 5.4); V, the
-# version for asan-busted and valgrind (default LUA_VERSION); for
-# install, as lua-cjson's Makefile has them: PREFIX (/usr/local),
-# DESTDIR, LUA_INCLUDE_DIR (or LuaRocks' LUA_INCDIR), LUA_CMODULE_DIR,
-# LUA_MODULE_DIR, LUA_BIN_DIR (or BINDIR), and LUA, the interpreter
-# named in backoff-delays' first line; CC, CFLAGS, LIBFLAG.
+# Variables (make VAR=value; `make print` shows the paths they give):
+#   LUA_VERSION          5.1, 5.2, 5.3, 5.4 or luajit (default 5.4): the
+#                        module built and installed
+#   V                    the version for asan-busted, valgrind and
+#                        fresh-boot (default LUA_VERSION)
+#   PREFIX               install prefix (default /usr/local)
+#   DESTDIR              staging directory put before every install path
+#   LUA_INCLUDE_DIR      the Lua headers (or LuaRocks' LUA_INCDIR;
+#                        default Debian's for LUA_VERSION)
+#   LUA_CMODULE_DIR      where core.so goes (PREFIX/lib/lua/5.x)
+#   LUA_MODULE_DIR       where the Lua modules go (PREFIX/share/lua/5.x)
+#   LUA_BIN_DIR, BINDIR  where backoff-delays goes (PREFIX/bin)
+#   LUA                  the interpreter named in backoff-delays' first
+#                        line (default lua5.x or luajit)
+#   CC, CFLAGS, LIBFLAG  the compiler (cc), its flags (-O2 -g) and the
+#                        shared-object flag (-shared)
+#   INSTALL              the install program (default install)
+#   FUZZ_TIME            seconds of make fuzz (default 60)
+# The install variables are lua-cjson's.
 #
 # Missing Debian packages are installed (as root) or named (otherwise)
 # by .ci/deps, each target asking only for what it needs; a
@@ -153,6 +166,9 @@ all: $(call MODULE,$(LUA_VERSION))
 
 help:
 	@sed -n '/^# Targets/,/^#$$/s/^#   //p' $(firstword $(MAKEFILE_LIST))
+	@echo
+	@sed -n '/^# Variables/,/^#$$/{/^# Variables/s/^# //p;s/^#   /  /p;}' \
+	  $(firstword $(MAKEFILE_LIST))
 
 # deps-NAME installs (as root) or names the packages of PKGS_NAME;
 # deps-lua-V those that build the module for version V
@@ -209,6 +225,7 @@ print:
 	@echo "install: $(DESTDIR)$(LUA_CMODULE_DIR)/backoff/core.so"
 	@echo "         $(DESTDIR)$(LUA_MODULE_DIR)/: $(LUA_MODULES)"
 	@echo "         $(DESTDIR)$(BINDIR)/backoff-delays (runs $(LUA))"
+	@echo "         $(DESTDIR)$(DIRS_RECORD) (the directories it created, for uninstall)"
 
 # ---- install (make install, and LuaRocks' build.type = "make") -----
 
@@ -232,6 +249,16 @@ define install-files
 	  $(INSTALL) -m 644 lua/$$m '$(3)'/$$m; done
 endef
 
+# the directories install fills: the modules' (LUA_MODULE_DIR and its
+# backoff/, backoff/budget/, ...), core.so's and backoff-delays'; the
+# package's own (backoff/ and below) are always removed by uninstall
+MODULE_DIRS = $(sort $(patsubst %/,%,$(dir $(addprefix $(LUA_MODULE_DIR)/,$(LUA_MODULES)))))
+OWN_DIRS    = $(LUA_CMODULE_DIR)/backoff $(filter-out $(LUA_MODULE_DIR),$(MODULE_DIRS))
+# the directories install created (their paths without DESTDIR, one a
+# line), kept beside the modules so that uninstall removes those, once
+# empty, and no directory that was there before
+DIRS_RECORD = $(LUA_MODULE_DIR)/backoff/.installed-dirs
+
 install: $(call MODULE,$(LUA_VERSION))
 	@for d in '$(DESTDIR)$(LUA_CMODULE_DIR)' '$(DESTDIR)$(LUA_MODULE_DIR)' \
 	    '$(DESTDIR)$(BINDIR)'; do p=$$d; \
@@ -239,6 +266,11 @@ install: $(call MODULE,$(LUA_VERSION))
 	  [ -w "$$p" ] || { echo "backoff: cannot write to $$p (for $$d):" \
 	    "run as root, or set PREFIX or DESTDIR (make print shows the paths)" >&2; \
 	    exit 1; }; done
+	@for d in '$(LUA_CMODULE_DIR)/backoff' '$(BINDIR)' \
+	    $(foreach d,$(MODULE_DIRS),'$(d)'); do p=$$d; \
+	  while [ "$$p" != / ] && [ "$$p" != . ] && [ ! -d '$(DESTDIR)'"$$p" ]; do \
+	    echo "$$p"; p=$$(dirname "$$p"); done; \
+	done >$(BUILD)/$(LUA_VERSION)/installed-dirs
 	$(call install-files,$(call MODULE,$(LUA_VERSION)),$(DESTDIR)$(LUA_CMODULE_DIR),$(DESTDIR)$(LUA_MODULE_DIR))
 	$(INSTALL) -d '$(DESTDIR)$(BINDIR)'
 	@mkdir -p $(BUILD)
@@ -248,13 +280,26 @@ package.path = package.path .. ";$(LUA_MODULE_DIR)/?.lua"\
 package.cpath = package.cpath .. ";$(LUA_CMODULE_DIR)/?.so"' \
 	  bin/backoff-delays >$(BUILD)/backoff-delays
 	$(INSTALL) -m 755 $(BUILD)/backoff-delays '$(DESTDIR)$(BINDIR)/backoff-delays'
+	@rec='$(DESTDIR)$(DIRS_RECORD)'; \
+	  cat "$$rec" $(BUILD)/$(LUA_VERSION)/installed-dirs 2>/dev/null | \
+	    LC_ALL=C sort -u >$(BUILD)/$(LUA_VERSION)/installed-dirs.all && \
+	  $(INSTALL) -m 644 $(BUILD)/$(LUA_VERSION)/installed-dirs.all "$$rec"
 
+# the files, then the package's own directories and those install
+# created, deepest first, each only once empty (another package's file,
+# or another Lua version's backoff-delays, keeps its directory)
 uninstall:
 	rm -f '$(DESTDIR)$(LUA_CMODULE_DIR)/backoff/core.so' \
 	  '$(DESTDIR)$(BINDIR)/backoff-delays' \
 	  $(foreach m,$(LUA_MODULES),'$(DESTDIR)$(LUA_MODULE_DIR)/$(m)')
-	@rmdir '$(DESTDIR)$(LUA_CMODULE_DIR)/backoff' 2>/dev/null || true
-	@rmdir '$(DESTDIR)$(LUA_MODULE_DIR)/backoff' 2>/dev/null || true
+	@rec='$(DESTDIR)$(DIRS_RECORD)'; created=$$(cat "$$rec" 2>/dev/null); \
+	  rm -f "$$rec"; \
+	  { printf '%s\n' $(foreach d,$(OWN_DIRS),'$(d)'); \
+	    printf '%s\n' "$$created"; } | LC_ALL=C sort -ru | \
+	  while IFS= read -r d; do \
+	    [ -z "$$d" ] || [ ! -d '$(DESTDIR)'"$$d" ] || \
+	      { rmdir '$(DESTDIR)'"$$d" 2>/dev/null && \
+	        $(ECHO) "rmdir '$(DESTDIR)$$d'"; } || true; done
 
 # What `luarocks make` runs (rockspec/: build.type = "make"): rock-build
 # with CC, CFLAGS, LIBFLAG, LUA_INCDIR and LUA, then rock-install with
@@ -265,7 +310,15 @@ uninstall:
 # apt-get from here.  backoff-delays is installed as backoff-delays-5.x
 # (the Lua version: 5.1 for LuaJIT), so rocks for several Lua versions
 # in one tree do not fight over one file: LuaRocks moves a file it does
-# not track for this version aside as backoff-delays~, ~~, ~~~.
+# not track for this version aside as backoff-delays~, ~~, ~~~.  The
+# documented name, backoff-delays, is a launcher (bin/backoff-delays-
+# launcher) that runs the newest backoff-delays-5.x beside it; in a tree
+# it belongs to one version's rock: a rock ships it unless the tree has
+# one already that this version's manifest does not list (another
+# version's; this version's own, from an older release, is replaced as
+# LuaRocks replaces any file).  BINDIR is then
+# <tree>/lib/luarocks/rocks-5.x/backoff/<version>/bin; in any other
+# layout the launcher is shipped.
 ROCK_OUT = $(BUILD)/rock/$(notdir $(LUA))
 rock-build:
 	@test -f '$(LUA_INCLUDE_DIR)/lua.h' || { echo "backoff: no lua.h in" \
@@ -286,6 +339,17 @@ rock-install:
 	@v=$$($(LUA) -e 'io.write((_VERSION:gsub("^Lua ", "")))') && \
 	  $(ECHO) "$(INSTALL) -m 755 bin/backoff-delays '$(BINDIR)/backoff-delays-$$v'" && \
 	  $(INSTALL) -m 755 bin/backoff-delays "$(BINDIR)/backoff-delays-$$v"
+	@tree_bin=; case '$(BINDIR)' in */lib/luarocks/rocks-*/*/*/bin) \
+	  rocks=$$(cd '$(BINDIR)/../../..' && pwd) && \
+	  tree_bin=$$(cd "$$rocks/../../.." && pwd)/bin ;; esac; \
+	if [ -n "$$tree_bin" ] && [ -e "$$tree_bin/backoff-delays" ] && \
+	   ! grep -q '\["backoff-delays"\]' "$$rocks/manifest" 2>/dev/null; then \
+	  $(ECHO) "backoff: $$tree_bin/backoff-delays is another Lua version's:" \
+	    "it runs this one too"; \
+	else \
+	  $(ECHO) "$(INSTALL) -m 755 bin/backoff-delays-launcher '$(BINDIR)/backoff-delays'"; \
+	  $(INSTALL) -m 755 bin/backoff-delays-launcher '$(BINDIR)/backoff-delays'; \
+	fi
 
 # ---- tests ---------------------------------------------------------
 
@@ -452,6 +516,13 @@ lint: deps-lint
 	    printf '%s\n' "$$h" | grep -qE "(^|, )make $$t( |,|$$)" || \
 	      missing="$$missing $$t"; done; \
 	  if [ -z "$$missing" ]; then echo "ok - make help lists every target"; \
+	  else echo "not ok - make help does not list:$$missing"; exit 1; fi
+	@h=$$($(MAKE) -s help); missing=; \
+	  for v in DESTDIR $$(sed -n 's/^\([A-Z_][A-Z_]*\) *?=.*/\1/p' \
+	      $(firstword $(MAKEFILE_LIST))); do \
+	    printf '%s\n' "$$h" | grep -qE "^  ([A-Z_]+, )*$$v( |,|$$)" || \
+	      missing="$$missing $$v"; done; \
+	  if [ -z "$$missing" ]; then echo "ok - make help lists every variable (?=)"; \
 	  else echo "not ok - make help does not list:$$missing"; exit 1; fi
 
 # ---- benchmarks (not part of make test) ----------------------------

@@ -155,13 +155,15 @@ typedef enum backoff_problem_kind {
   BACKOFF_P_MISSING,    /* missing required option */
   BACKOFF_P_CONFLICT,   /* option and other given together */
   BACKOFF_P_NEEDS,      /* option needs other */
-  BACKOFF_P_BELOW       /* option must be >= other */
+  BACKOFF_P_BELOW,      /* option must be >= other (both values quoted) */
+  BACKOFF_P_ABOVE       /* option must be <= other (both values quoted) */
 } backoff_problem_kind;
 
 typedef struct backoff_problem {
   int kind;               /* backoff_problem_kind */
   int option, other;      /* rows, -1 for none */
   int jitter;             /* P_RULE on jitter_factor: the jitter kind */
+  double value, limit;    /* P_BELOW, P_ABOVE: option's value, other's */
 } backoff_problem;
 
 /* Defaults of strategy s; nothing given.  EINVAL for an unknown s. */
@@ -406,6 +408,8 @@ static inline int problem(backoff_problem *p, int kind, int option,
     p->option = option;
     p->other = other;
     p->jitter = -1;
+    p->value = 0;
+    p->limit = 0;
   }
   return BACKOFF_EINVAL;
 }

@@ -109,10 +109,77 @@ static int finish_attempts(backoff_setup *s, backoff_problem *p) {
         return problem(p, BACKOFF_P_MISSING, O_MAX_TRIES, -1);
     }
   }
-  if (c->strategy == BACKOFF_GOOGLE &&
-      c->max_delay < c->p.google.initial_interval)
-    return problem(p, BACKOFF_P_BELOW, O_GOOGLE_MAX, O_GOOGLE_INITIAL);
   return BACKOFF_OK;
+}
+
+static double number_of(const backoff_config *c, int row) {
+  double d;
+  memcpy(&d, backoff_option_field(c, row), sizeof d);
+  return d;
+}
+
+/* the first delay (row first, or its alias) must not be above the cap
+   (row cap): every delay would be the cap, and the first delay given
+   would mean nothing.  The message names what the caller gave: the
+   first delay (by the alias when that was given), else the cap alone,
+   against the first delay's default. */
+static int first_within_cap(const backoff_setup *s, backoff_problem *p,
+                            int first, int alias, int cap) {
+  double d = number_of(&s->config, first), m = number_of(&s->config, cap);
+  if (d <= m) return BACKOFF_OK;
+  if (given(s, first) || !given(s, cap)) {
+    problem(p, BACKOFF_P_ABOVE,
+            alias >= 0 && given(s, alias) ? alias : first, cap);
+    p->value = d;
+    p->limit = m;
+  } else {
+    problem(p, BACKOFF_P_BELOW, cap, first);
+    p->value = m;
+    p->limit = d;
+  }
+  return BACKOFF_EINVAL;
+}
+
+/* A first delay above the cap is an error wherever the reference
+   refuses it (Google's Java) or clamps it to the cap (Algorithm::Backoff,
+   EventSauce, Polly, the contrib's README, the AWS article), so a
+   mistake such as milliseconds for seconds (initial_delay = 100,
+   max_delay = 10) does not pass silently.  Not for constant (delay is
+   no first delay, and Perl's own tests give delay 3 with max_delay 2)
+   nor cenkalti (Go returns InitialInterval first whatever MaxInterval
+   is: its sequence stays reproducible). */
+static int finish_first_delay(const backoff_setup *s, backoff_problem *p) {
+  const backoff_config *c = &s->config;
+  switch (c->strategy) {
+    case BACKOFF_CONSTANT: case BACKOFF_CENKALTI:
+      return BACKOFF_OK;
+    case BACKOFF_GOOGLE:
+      return first_within_cap(s, p, O_GOOGLE_INITIAL, -1, O_GOOGLE_MAX);
+    case BACKOFF_AWS:
+      return first_within_cap(s, p, O_AWS_BASE, -1, O_CAP);
+    case BACKOFF_EVENTSAUCE:        /* max_delay has a default: 2.5 s */
+      if (c->backoff_type == BACKOFF_TYPE_NO_WAITING ||
+          c->backoff_type == BACKOFF_TYPE_IMMEDIATELY_FAILING)
+        return BACKOFF_OK;          /* they ignore initial_delay */
+      return first_within_cap(s, p, O_ES_INITIAL_DELAY, -1, O_MAX_DELAY);
+    default:
+      break;
+  }
+  if (!c->has_max_delay) return BACKOFF_OK;   /* no cap given */
+  switch (c->strategy) {
+    case BACKOFF_FIBONACCI:
+      if (first_within_cap(s, p, O_INITIAL_DELAY1, O_FIB_INITIAL_DELAY,
+                           O_MAX_DELAY) != BACKOFF_OK)
+        return BACKOFF_EINVAL;
+      return first_within_cap(s, p, O_INITIAL_DELAY2, O_FIB_INITIAL_DELAY,
+                              O_MAX_DELAY);
+    case BACKOFF_POLLY:
+      return first_within_cap(s, p, O_POLLY_DELAY, -1, O_MAX_DELAY);
+    case BACKOFF_DECORRELATED_V2:
+      return first_within_cap(s, p, O_MEDIAN, -1, O_MAX_DELAY);
+    default:                        /* the Perl family's initial_delay */
+      return first_within_cap(s, p, O_INITIAL_DELAY, -1, O_MAX_DELAY);
+  }
 }
 
 /* per-attempt timeouts: retry_timeouts, or adjust_timeout_factor */
@@ -136,6 +203,7 @@ BACKOFF_API int backoff_setup_finish(backoff_setup *s, backoff_problem *p) {
       finish_required(&t, p) != BACKOFF_OK ||
       finish_jitter(&t, p) != BACKOFF_OK ||
       finish_attempts(&t, p) != BACKOFF_OK ||
+      finish_first_delay(&t, p) != BACKOFF_OK ||
       finish_timeouts(&t, p) != BACKOFF_OK)
     return BACKOFF_EINVAL;
   /* linear: the increment defaults to the initial delay */
@@ -213,8 +281,11 @@ BACKOFF_API int backoff_problem_message(const backoff_problem *p, int s,
                       p->other == O_ADJUST_TIMEOUT_FACTOR
                         ? " (per-attempt timeouts are off)" : "");
     case BACKOFF_P_BELOW:
-      return snprintf(buf, n, "option '%s' must be >= option '%s'", name,
-                      other);
+      return snprintf(buf, n, "option '%s' must be >= %s (got %.14g < "
+                      "%.14g)", name, other, p->value, p->limit);
+    case BACKOFF_P_ABOVE:
+      return snprintf(buf, n, "option '%s' must be <= %s (got %.14g > "
+                      "%.14g)", name, other, p->value, p->limit);
     default:
       break;
   }

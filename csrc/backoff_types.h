@@ -24,7 +24,7 @@
 #endif
 #endif
 
-#define BACKOFF_VERSION "0.1.0"
+#define BACKOFF_VERSION "0.2.0"
 
 /* Status codes.  Give-ups are not errors: see backoff_result.give_up. */
 enum {

@@ -301,6 +301,37 @@ static int f_strategy_ctor(lua_State *L) {
   return construct(L, (int)lua_tointeger(L, UV_STRATEGY), 1, UV_NAMES);
 }
 
+/* backoff.new called with something else than a known strategy name:
+   say what is wrong and how to call it.  The likeliest mistake is one
+   table of options with the strategy inside (the form of config()), so a
+   table's own `strategy` (read raw), when known, is named in the fix. */
+static int new_misused(lua_State *L) {
+  if (lua_type(L, 1) == LUA_TSTRING)
+    return luaL_error(L, "backoff.new: unknown strategy %s (see "
+                      "backoff.strategies)", lbackoff_repr(L, 1));
+  if (lua_type(L, 1) == LUA_TTABLE) {
+    lua_pushliteral(L, "strategy");
+    lua_rawget(L, 1);
+    if (lua_type(L, -1) == LUA_TSTRING) {
+      lua_pushvalue(L, -1);
+      lua_rawget(L, lua_upvalueindex(3));
+      if (lua_isnumber(L, -1)) {
+        const char *name = lua_tostring(L, -2);
+        return luaL_error(L, "backoff.new: argument 1 must be a strategy "
+                          "name (got table); use backoff.new(\"%s\", opts) "
+                          "or backoff.%s(opts)", name, name);
+      }
+    }
+  }
+  if (lua_type(L, 1) != LUA_TTABLE)
+    return luaL_error(L, "backoff.new: argument 1 must be a strategy name "
+                      "(got %s); see backoff.strategies",
+                      luaL_typename(L, 1));
+  return luaL_error(L, "backoff.new: argument 1 must be a strategy name "
+                    "(got table); use backoff.new(opts.strategy, opts) or "
+                    "backoff.<strategy>(opts)");
+}
+
 /* backoff.new(strategy, opts): upvalue 3 maps each strategy name to
    its number, upvalue 4 each number + 1 to its option names */
 static int f_new(lua_State *L) {
@@ -314,8 +345,7 @@ static int f_new(lua_State *L) {
       return construct(L, s, 2, lua_gettop(L));
     }
   }
-  return luaL_error(L, "backoff.new: unknown strategy %s",
-                    lbackoff_repr(L, 1));
+  return new_misused(L);
 }
 
 /* core._options: strategy -> the names of the options it takes, in the

@@ -29,7 +29,8 @@ test = {
 -- would load it (5.1 and LuaJIT look in ./?.so first).  The module is
 -- built with -fvisibility=hidden; backoff-delays is installed as
 -- backoff-delays-5.x, one per Lua version, so that rocks for several
--- versions can share a tree.
+-- versions can share a tree, and as backoff-delays, a launcher of the
+-- newest of them, by the first version's rock in a tree.
 build = {
   type = "make",
   build_target = "rock-build",

@@ -16,8 +16,8 @@ describe("require 'backoff'", function()
     end
   end)
 
-  it("has _VERSION 'backoff 0.1.0'", function()
-    assert.equal("backoff 0.1.0", require("backoff")._VERSION)
+  it("has _VERSION 'backoff 0.2.0'", function()
+    assert.equal("backoff 0.2.0", require("backoff")._VERSION)
   end)
 
   it("lists every strategy, each with its constructor", function()

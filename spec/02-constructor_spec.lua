@@ -138,12 +138,39 @@ describe("constructors", function()
     assert.error_matches(function() backoff.new("quadratic", {}) end,
       "unknown strategy 'quadratic'", nil, true)
     assert.error_matches(function() backoff.new(nil, {}) end,
-      "unknown strategy nil", nil, true)
+      "backoff.new: argument 1 must be a strategy name (got nil); see "
+      .. "backoff.strategies", nil, true)
     assert.error_matches(function()
       backoff.constant { delay = 1, jitter = "loud" }
     end, "option 'jitter' must be 'none', 'proportional', 'full' or 'equal'"
       .. " (got 'loud')", nil, true)
   end)
+
+  it("says how to call backoff.new when given one table of options",
+    function()
+      -- the strategy inside, as config() gives it: named in the fix
+      assert.error_matches(function()
+        backoff.new { strategy = "constant", delay = 1 }
+      end, "backoff.new: argument 1 must be a strategy name (got table); "
+        .. 'use backoff.new("constant", opts) or backoff.constant(opts)',
+        nil, true)
+      for _, opts in ipairs { { delay = 1 }, { strategy = "nope" },
+                              { strategy = 1 } } do
+        assert.error_matches(function() backoff.new(opts) end,
+          "backoff.new: argument 1 must be a strategy name (got table); "
+          .. "use backoff.new(opts.strategy, opts) or "
+          .. "backoff.<strategy>(opts)", nil, true)
+      end
+      -- read raw: a proxy's __index is not consulted
+      local proxy = setmetatable({}, { __index = function()
+        error("consulted")
+      end })
+      assert.error_matches(function() backoff.new(proxy) end,
+        "use backoff.new(opts.strategy, opts)", nil, true)
+      -- the fix it names works
+      local opts = { strategy = "constant", delay = 1 }
+      assert.equal(1, backoff.new(opts.strategy, opts):failure(0))
+    end)
 
   it("rejects a non-table options argument", function()
     assert.error_matches(function() backoff.constant("delay=1") end,

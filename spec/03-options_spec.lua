@@ -95,6 +95,77 @@ describe("options", function()
     assert.equal(1, backoff.new(c.strategy, c):failure(0))
   end)
 
+  it("refuses a first delay above the cap, naming what was given",
+    function()
+      -- the mistake it catches: milliseconds where seconds are meant
+      local cases = {
+        { "exponential", { initial_delay = 100, max_delay = 10 },
+          "option 'initial_delay' must be <= max_delay (got 100 > 10)" },
+        { "linear", { initial_delay = 2.5, max_delay = 0.5 },
+          "option 'initial_delay' must be <= max_delay (got 2.5 > 0.5)" },
+        { "lild", { initial_delay = 3, max_delay = 2,
+            delay_increment_on_failure = 1, delay_increment_on_success = -1 },
+          "option 'initial_delay' must be <= max_delay (got 3 > 2)" },
+        { "mimd", { initial_delay = 3, max_delay = 2,
+            delay_multiple_on_failure = 2, delay_multiple_on_success = 0.5 },
+          "option 'initial_delay' must be <= max_delay (got 3 > 2)" },
+        { "decorrelated", { initial_delay = 100, max_delay = 10 },
+          "option 'initial_delay' must be <= max_delay (got 100 > 10)" },
+        { "fibonacci", { initial_delay1 = 1, initial_delay2 = 20,
+            max_delay = 10 },
+          "option 'initial_delay2' must be <= max_delay (got 20 > 10)" },
+        { "fibonacci", { initial_delay1 = 20, initial_delay2 = 1,
+            max_delay = 10 },
+          "option 'initial_delay1' must be <= max_delay (got 20 > 10)" },
+        { "fibonacci", { initial_delay = 20, max_delay = 10 },   -- the alias
+          "option 'initial_delay' must be <= max_delay (got 20 > 10)" },
+        -- only the cap given: it is the one named, against the default
+        { "retry_timeouts", { max_delay = 1 },
+          "option 'max_delay' must be >= initial_delay (got 1 < 1.41421356" },
+        { "google", { initial_interval = 2, max_interval = 1 },
+          "option 'initial_interval' must be <= max_interval (got 2 > 1)" },
+        { "eventsauce", { initial_delay = 5, max_tries = 3 },  -- cap 2.5
+          "option 'initial_delay' must be <= max_delay (got 5 > 2.5)" },
+        { "polly", { delay = 3, max_delay = 1 },
+          "option 'delay' must be <= max_delay (got 3 > 1)" },
+        { "polly", { max_delay = 1 },                         -- delay 2
+          "option 'max_delay' must be >= delay (got 1 < 2)" },
+        { "decorrelated_v2", { median_first_retry_delay = 2, max_delay = 1 },
+          "option 'median_first_retry_delay' must be <= max_delay "
+            .. "(got 2 > 1)" },
+        { "aws", { base = 2, cap = 1 },
+          "option 'base' must be <= cap (got 2 > 1)" },
+      }
+      for _, case in ipairs(cases) do
+        local s, opts, text = case[1], case[2], case[3]
+        local ok, err = pcall(backoff.new, s, opts)
+        assert.is_false(ok, s)
+        assert.matches("backoff." .. s .. ": " .. text, err, 1, true)
+        ok, err = pcall(backoff[s], opts)
+        assert.is_false(ok, s)
+        assert.matches("backoff." .. s .. ": " .. text, err, 1, true)
+      end
+    end)
+
+  it("accepts a first delay equal to the cap, and where the reference "
+     .. "keeps it", function()
+    assert.equal(10, backoff.exponential { initial_delay = 10,
+      max_delay = 10 }:failure(0))
+    assert.equal(5, backoff.fibonacci { initial_delay = 5,
+      max_delay = 5 }:failure(0))
+    -- constant: Algorithm::Backoff's own t/01-base.t gives delay 3 with
+    -- max_delay 2 (spec/04's conformance case)
+    assert.equal(2, backoff.constant { delay = 3, max_delay = 2 }:failure(0))
+    -- cenkalti: Go returns InitialInterval first whatever MaxInterval is
+    local c = backoff.cenkalti { initial_interval = 3, max_interval = 2,
+      randomization_factor = 0 }
+    assert.equal(3, c:failure(0))
+    assert.equal(2, c:failure(0))
+    -- EventSauce's no_waiting and immediately_failing ignore initial_delay
+    assert.equal(0, backoff.eventsauce { backoff_type = "no_waiting",
+      initial_delay = 5, max_tries = 2 }:failure(0))
+  end)
+
   it("names the option of every error, the alias included", function()
     local ok, err = pcall(backoff.fibonacci,
       { initial_delay = -1, initial_delay1 = 0.1 })

@@ -50,7 +50,19 @@ local function random_options(s)
     o.delay_on_success = amount()
   end
   if random(3) == 1 then o.min_delay = pick { 0, 1, 0.5, 2 } end
-  if random(2) == 1 then o.max_delay = pick { 100, 20, 5, 1e4, 0.5 } end
+  if random(2) == 1 then
+    -- a first delay above max_delay is an error (spec/03): a cap at or
+    -- above every first delay, or none
+    local first = math.max(o.initial_delay or
+      (s == "retry_timeouts" and math.sqrt(2) or 0),
+      o.initial_delay1 or 0, o.initial_delay2 or 0)
+    if s == "constant" then first = 0 end   -- delay may exceed it
+    local caps = {}
+    for _, m in ipairs { 100, 20, 5, 1e4, 0.5 } do
+      if m >= first then caps[#caps + 1] = m end
+    end
+    if #caps > 0 then o.max_delay = pick(caps) end
+  end
   if random(3) == 1 then o.max_attempts = random(0, 12) end
   if random(3) == 1 then o.max_actual_duration = pick { 0, 10, 50, 1000 } end
   if random(2) == 1 then o.consider_actual_delay = random(2) == 1 end

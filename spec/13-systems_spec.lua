@@ -101,7 +101,9 @@ describe("google (Google's ExponentialBackOff)", function()
       [{ multiplier = 0.5 }] = "option 'multiplier' must be a finite "
         .. "number >= 1",
       [{ initial_interval = 2, max_interval = 1 }] = "option "
-        .. "'max_interval' must be >= option 'initial_interval'",
+        .. "'initial_interval' must be <= max_interval (got 2 > 1)",
+      [{ max_interval = 0.25 }] = "option 'max_interval' must be >= "
+        .. "initial_interval (got 0.25 < 0.5)",
       [{ max_elapsed_time = 0 }] = "option 'max_elapsed_time' must be a "
         .. "finite number > 0",
       [{ max_delay = 1 }] = "unknown option 'max_delay'",
@@ -486,15 +488,15 @@ describe("jitter at the cap", function()
   end)
 
   it("spreads over max * [1 - f, 1] above it, not on max_delay", function()
-    local b = backoff.exponential { initial_delay = 100, max_delay = 60,
-      jitter_factor = 0.5, random = draws { 0, 0.5, 1 } }
+    local b = backoff.exponential { initial_delay = 60, max_delay = 60,
+      exponent_base = 3, jitter_factor = 0.5, random = draws { 0, 0.5, 1 } }
     assert.same({ 30, 45, 60 }, { b:failure(0), b:failure(0), b:failure(0) })
   end)
 
   it("cap_then_jitter: the references' order, up to max * (1 + f)",
     function()
-      local b = backoff.exponential { initial_delay = 100, max_delay = 60,
-        jitter_factor = 0.5, cap_then_jitter = true,
+      local b = backoff.exponential { initial_delay = 60, max_delay = 60,
+        exponent_base = 3, jitter_factor = 0.5, cap_then_jitter = true,
         random = draws { 0, 0.5, 1 } }
       assert.same({ 30, 60, 90 }, { b:failure(0), b:failure(0),
                                     b:failure(0) })

@@ -7,7 +7,10 @@ local metrics = require "backoff.metrics"
 local unpack = table.unpack or unpack  -- luacheck: ignore 143
 
 -- a stand-in for an ngx.shared dict: incr with an init value, get,
--- get_keys, delete; `full` makes incr fail as a full dict does
+-- get_keys, delete; `full` makes incr fail as a full dict does, `evicts`
+-- makes it succeed by evicting (newval, nil, true), as lua-nginx-module
+-- answers when it removed other keys to make room; a value that is not
+-- a number is nil, "not a number", as the real incr answers
 local function fake_dict()
   local d = { data = {}, incrs = 0 }
   function d:incr(k, n, init)
@@ -16,7 +19,9 @@ local function fake_dict()
     local v = self.data[k]
     if v == nil then v = init end
     if v == nil then return nil, "not found" end
+    if type(v) ~= "number" then return nil, "not a number" end
     self.data[k] = v + n
+    if self.evicts then return v + n, nil, true end
     return v + n
   end
   function d:get(k) return self.data[k] end
@@ -108,7 +113,105 @@ describe("backoff.metrics", function()
         rawset(_G, "ngx", saved)
         assert.is_true(ok)
         assert.equal(1, #logged)
-        assert.matches("counts lost for 'api': no memory", logged[1], 1, true)
+        assert.matches("counts lost for 'api': no memory (make the "
+          .. "lua_shared_dict larger", logged[1], 1, true)
+      end)
+
+    it("says a foreign value under its key is one, not that the dict is "
+       .. "full", function()
+      local saved = rawget(_G, "ngx")
+      local logged = {}
+      rawset(_G, "ngx", { WARN = 5, get_phase = function() return "log" end,
+        log = function(_, ...) logged[#logged + 1] = table.concat({ ... })
+        end })
+      local d = fake_dict()
+      d.data["backoff\tattempts\tapi"] = "not mine"   -- another writer's
+      local m = metrics.new("api", { shared = d })
+      local ok = pcall(function()
+        m:run(true, 1)
+        m:run(true, 1)
+      end)
+      rawset(_G, "ngx", saved)
+      assert.is_true(ok)
+      assert.equal(1, #logged)                 -- once per recorder
+      assert.matches("counts lost for 'api': the key "
+        .. "'backoff\\tattempts\\tapi' holds a value that is not a "
+        .. "number: another user of the lua_shared_dict wrote it",
+        logged[1], 1, true)
+      assert.is_nil(logged[1]:find("larger", 1, true))
+      assert.equal(2, m:counts().successes)   -- the other keys counted
+    end)
+
+    it("warns of a forced eviction once per key and minute, naming the "
+       .. "dict", function()
+      local saved = rawget(_G, "ngx")
+      local logged, now = {}, 1000
+      local d = fake_dict()
+      d.evicts = true
+      rawset(_G, "ngx", { WARN = 5, get_phase = function() return "log" end,
+        now = function() return now end, shared = { backoff_metrics = d },
+        log = function(level, ...)
+          logged[#logged + 1] = level .. " " .. table.concat({ ... })
+        end })
+      local m = metrics.new("api", { shared = d })
+      local ok = pcall(function()
+        m:add("attempts", 1)
+        m:add("attempts", 1)                  -- the same key: quiet
+        m:add("retries", 1)                   -- another key: one line
+        now = now + 59
+        m:add("attempts", 1)                  -- within the minute
+        now = now + 1
+        m:add("attempts", 1)                  -- a minute on: again
+      end)
+      rawset(_G, "ngx", saved)
+      assert.is_true(ok)
+      assert.equal(3, #logged)
+      assert.equal(4, m:counts().attempts)    -- nothing lost here
+      assert.matches("^5 backoff: the lua_shared_dict 'backoff_metrics' is "
+        .. "full: adding to key 'backoff\\tattempts\\tapi' evicted other "
+        .. "keys", logged[1])
+      assert.matches("give each user (each budget, backoff.metrics, other "
+        .. "code) a lua_shared_dict of its own, larger", logged[1], 1, true)
+      assert.matches("key 'backoff\\tretries\\tapi'", logged[2], 1, true)
+      assert.matches("key 'backoff\\tattempts\\tapi'", logged[3], 1, true)
+    end)
+  end)
+
+  describe("util.incr (what metrics and the budgets add with)", function()
+    local util = require "backoff.util"
+
+    it("passes init and ttl only when given, and returns what incr "
+       .. "returns", function()
+      local calls = {}
+      local d = { incr = function(_, ...)
+        calls[#calls + 1] = select("#", ...)
+        return 7, "why", false
+      end }
+      assert.same({ 7, "why", false }, { util.incr(d, "k", 1) })
+      util.incr(d, "k", 1, 0)
+      util.incr(d, "k", 1, 0, 30)
+      assert.same({ 2, 3, 4 }, calls)
+      local e = fake_dict()
+      e.evicts = true
+      assert.same({ 3, nil, true }, { util.incr(e, "k", 3, 0) })
+    end)
+
+    it("logs nothing outside nginx, and names no dict it cannot find",
+      function()
+        local d = fake_dict()
+        d.evicts = true
+        assert.equal(1, (util.incr(d, "quiet", 1, 0)))  -- no ngx: no log
+        local saved = rawget(_G, "ngx")
+        local logged = {}
+        rawset(_G, "ngx", { WARN = 5, now = function() return 1 end,
+          log = function(_, ...) logged[#logged + 1] = table.concat({ ... })
+          end })
+        local ok = pcall(util.incr, d, "a\0key\\", 1, 0)
+        rawset(_G, "ngx", saved)
+        assert.is_true(ok)
+        assert.equal(1, #logged)
+        assert.matches("the lua_shared_dict (name unknown) is full: adding "
+          .. "to key 'a\\000key\\\\'", logged[1], 1, true)
       end)
   end)
 
@@ -192,6 +295,40 @@ backoff_hints_honoured_total{name="users_api"} 1
 
     -- another writer's NaN was written as "-nan", which no Prometheus
     -- parser reads; a counter is a finite count >= 0
+    -- one foreign key that is not UTF-8 under the prefix made the whole
+    -- exposition unparsable; keys metrics could not have written are
+    -- skipped (spec/nginx/http.lua parses the result with
+    -- python3-prometheus-client)
+    it("skips keys under its prefix that it could not have written",
+      function()
+        local d = fake_dict()
+        metrics.new("ok", { shared = d }):run(false, 1, "max_attempts")
+        for _, k in ipairs {
+          "backoff\tattempts\t\255\254",          -- not UTF-8
+          "backoff\tattempts\tcaf\195",            -- cut UTF-8
+          "backoff\tattempts\ta\rb",              -- a control byte
+          "backoff\tattempts\t",                  -- no name
+          "backoff\tattempts\t" .. ("n"):rep(201),
+          "backoff\tgiveups\tok\tbad reason",
+          "backoff\tgiveups\tok\t\255",
+          "backoff\tgiveups\tok\t" .. ("r"):rep(65),
+        } do
+          d.data[k] = 1
+        end
+        local text = metrics.prometheus(d)
+        local samples = {}
+        for line in text:gmatch("[^\n]+") do
+          if line:sub(1, 1) ~= "#" then samples[#samples + 1] = line end
+        end
+        table.sort(samples)
+        assert.same({
+          'backoff_attempts_total{name="ok"} 1',
+          'backoff_giveups_total{name="ok",reason="max_attempts"} 1',
+        }, samples)
+        assert.same({ max_attempts = 1 },
+                    metrics.new("ok", { shared = d }):counts().giveups)
+      end)
+
     it("skips values under its keys that are not counts", function()
       local d = fake_dict()
       local m = metrics.new("odd", { shared = d })
@@ -264,14 +401,33 @@ backoff_hints_honoured_total{name="users_api"} 1
 
     it("needs a shared dict inside nginx, or shared = false", function()
       local saved = rawget(_G, "ngx")
-      rawset(_G, "ngx", { get_phase = function() return "init" end })
+      rawset(_G, "ngx", { get_phase = function() return "init" end,
+        shared = {} })
       local ok, err = pcall(metrics.new, "a")
+      -- a misspelled lua_shared_dict name gives nil
+      local ok1, err1 = pcall(function()
+        local m = metrics.new("a",    -- not a tail call: the line stays
+          { shared = rawget(_G, "ngx").shared.backoff_metrcs })
+        return m
+      end)
       local ok2 = pcall(metrics.new, "a", { shared = false })
+      local ok3, err3 = pcall(metrics.new, "a", { shared = "metrics" })
       rawset(_G, "ngx", saved)
       assert.is_false(ok)
-      assert.matches("inside nginx, option 'shared' must be a "
-        .. "lua_shared_dict", err, 1, true)
+      assert.is_false(ok1)
+      for _, e in ipairs { err, err1 } do
+        assert.matches("backoff.metrics.new: inside nginx, option 'shared' "
+          .. "must be a lua_shared_dict (got nil: is ngx.shared.<name> "
+          .. "spelled as the lua_shared_dict in nginx.conf?)", e, 1, true)
+        assert.matches("shared = false keeps per-worker counts on purpose",
+          e, 1, true)
+      end
+      assert.matches("^[^:]*24%-metrics_spec%.lua:%d+: ", err1) -- the caller
       assert.is_true(ok2)
+      assert.is_false(ok3)
+      assert.matches("option 'shared' must be an ngx.shared dict or false "
+        .. "(got 'metrics': the dict is ngx.shared[name], not its name)",
+        err3, 1, true)
       assert.has_no.errors(function() metrics.new("a") end)  -- outside
     end)
 

@@ -40,15 +40,18 @@ describe("backoff-delays", function()
     assert.equal("1\n2\n3\ngive up (max_attempts)\n", out)
   end)
 
-  it("explains a bad --random list or draw and exits 2", function()
-    local status, out = run { "-a", "google", "--random", "a,b", "0" }
-    assert.equal(2, status)
-    assert.matches("--random: not a number: 'a'", out, 1, true)
-    status, out = run { "-a", "google", "--random", "2", "0" }
-    assert.equal(2, status)
-    assert.matches("option 'random' must return a number in [0, 1]", out,
-      1, true)
-  end)
+  it("explains a bad --random list or draw on stderr and exits 2",
+    function()
+      local status, out, err = run { "-a", "google", "--random", "a,b", "0" }
+      assert.equal(2, status)
+      assert.equal("", out)
+      assert.matches("--random: not a number: 'a'", err, 1, true)
+      status, out, err = run { "-a", "google", "--random", "2", "0" }
+      assert.equal(2, status)
+      assert.equal("", out)
+      assert.matches("option 'random' must return a number in [0, 1]", err,
+        1, true)
+    end)
 
   it("prints 2 6 10 2 1 1 5 9 13 for the LIMD example", function()
     local status, out = run { "-a", "LIMD", "--initial-delay", "2",
@@ -113,12 +116,26 @@ describe("backoff-delays", function()
     assert.equal("give up (max_attempts)", l[3])
   end)
 
-  it("draws a chart scaled to the largest delay", function()
+  it("draws a chart scaled to the largest delay, saying its unit and "
+     .. "scale", function()
     local _, out = run { "-a", "exponential", "--initial-delay", "1",
-      "--chart", "0", "0", "0" }
+      "--chart", "0", "0", "0", "1" }
     local l = lines(out)
-    assert.matches("^4%s+" .. ("#"):rep(50) .. "$", l[3])
-    assert.matches("^2%s+" .. ("#"):rep(25) .. "$", l[2])
+    assert.equal("delay (s)    one # = 0.08 s (the largest, 4 s, is 50 #)",
+      l[1])
+    assert.equal("1            " .. ("#"):rep(13), l[2])
+    assert.matches("^2%s+" .. ("#"):rep(25) .. "$", l[3])
+    assert.matches("^4%s+" .. ("#"):rep(50) .. "$", l[4])
+    assert.equal("0", l[5])         -- no bar, no trailing blanks
+    -- with timeouts, both columns are named; all zero: no scale
+    _, out = run { "-a", "retry_timeouts", "--jitter-factor", "0",
+      "--timeout-jitter-factor", "0", "--chart", "0" }
+    assert.matches("^delay\ttimeout %(s%) +one # = ", lines(out)[1])
+    _, out = run { "-a", "constant", "--delay", "0", "--chart", "0", "0" }
+    assert.equal("delay (s)    every delay is 0 s\n0\n0\n", out)
+    -- without --chart, nothing but the numbers
+    _, out = run { "-a", "exponential", "--initial-delay", "1", "0" }
+    assert.equal("1\n", out)
   end)
 
   it("makes jitter reproducible with --seed", function()
@@ -130,19 +147,79 @@ describe("backoff-delays", function()
     assert.equal("0.08386297106", lines(a)[1])
   end)
 
-  it("explains mistakes and exits 2", function()
-    local status, out = run { "-a", "constant", "--dealy", "1", "0" }
+  it("explains mistakes on stderr and exits 2", function()
+    local status, out, err = run { "-a", "constant", "--dealy", "1", "0" }
     assert.equal(2, status)
-    assert.matches("unknown option 'dealy'", out)
-    status, out = run { "0", "1" }
+    assert.equal("", out)
+    assert.matches("unknown option 'dealy'", err)
+    status, out, err = run { "0", "1" }
     assert.equal(2, status)
-    assert.matches("no strategy", out)
-    status, out = run { "-a", "constant", "--delay", "1", "2" }
+    assert.equal("", out)
+    assert.matches("no strategy", err)
+    assert.matches("usage: backoff%-delays", err)
+    status, out, err = run { "-a", "constant", "--delay", "1", "2" }
     assert.equal(2, status)
-    assert.matches("bad outcome '2'", out)
-    status, out = run { "--help" }
+    assert.equal("", out)
+    assert.matches("bad outcome '2'", err)
+    status, out, err = run { "--help" }
     assert.equal(0, status)
     assert.matches("usage: backoff%-delays", out)
+    assert.equal("", err)
+  end)
+
+  it("with no outcome to print, prints the usage on stderr and exits 2",
+    function()
+      local none = { {}, { "-a", "exponential" },
+                     { "-a", "constant", "--delay", "1", "--chart" } }
+      for _, argv in ipairs(none) do
+        local status, out, err = run(argv)
+        assert.equal(2, status, table.concat(argv, " "))
+        assert.equal("", out)
+        assert.matches("usage: backoff%-delays", err)
+      end
+      local _, _, err = run { "-a", "exponential" }
+      assert.matches("^backoff%-delays: no outcome to print: give 0 %(a "
+        .. "failure%) or 1 %(a success%)", err)
+    end)
+
+  it("as a command: stdout, stderr and the exit status", function()
+    -- the script of the checkout, under the interpreter running this
+    -- spec (the installed commands: spec/rock/run.sh, spec/install/)
+    local root = (debug.getinfo(1, "S").source:match("^@(.-)[^/]*$")
+      or "./") .. "../"
+    local script = io.open(root .. "bin/backoff-delays")
+    local cpath = package.cpath:match("([^;]*build/[^;]*)")
+    if not (script and cpath) then
+      pending("no checkout here: bin/ and build/ are not in this copy")
+      return
+    end
+    script:close()
+    local lua = rawget(_G, "jit") and "luajit"
+      or "lua" .. _VERSION:match("%d+%.%d+")
+    local env = ("LUA_PATH='%slua/?.lua;;' LUA_CPATH='%s;;' "):format(root,
+      cpath)
+    local function sh(args)
+      local tmp = os.tmpname()
+      local p = io.popen(env .. lua .. " " .. root .. "bin/backoff-delays "
+        .. args
+        .. " 2>" .. tmp .. "; echo \"exit=$?\"")
+      local out = p:read("*a")
+      p:close()
+      local f = io.open(tmp)
+      local err = f:read("*a")
+      f:close()
+      os.remove(tmp)
+      return tonumber(out:match("exit=(%d+)%s*$")),
+        (out:gsub("exit=%d+%s*$", "")), err
+    end
+    local code, out, err = sh("-a exponential --initial-delay 1")
+    assert.equal(2, code)
+    assert.equal("", out)
+    assert.matches("usage: backoff%-delays", err)
+    code, out, err = sh("-a exponential --initial-delay 1 0 0")
+    assert.equal(0, code, err)
+    assert.equal("1\n2\n", out)
+    assert.equal("", err)
   end)
 
   it("names in its usage line every part of the documented syntax",

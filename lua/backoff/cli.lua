@@ -23,11 +23,14 @@ timeouts are on), or "give up (REASON)".
   --random LIST         the uniform draws to use, in order, instead of
                         the generator: comma-separated numbers in [0, 1]
                         (after the last, the list starts again)
-  --chart               add a bar chart of the delays
+  --chart               add a bar chart of the delays, under a line
+                        giving its unit (seconds) and scale (the
+                        largest delay is 50 #)
   -h, --help            this text
 
 OUTCOME is 0 (failure) or 1 (success), optionally @TIME (seconds; default:
-the previous time, starting at 0), e.g. 0 0 0@5.5 1.
+the previous time, starting at 0), e.g. 0 0 0@5.5 1. At least one.
+Delays and timeouts are printed in seconds.
 
 examples: backoff-delays -a LIMD --initial-delay 2 --min-delay 1 \
             --delay-increment-on-failure 4 --delay-multiple-on-success 0.2 \
@@ -58,53 +61,71 @@ local function fmt(x)
   return ("%.10g"):format(x)
 end
 
--- returns strategy, options, outcomes, chart; or nil, message
+-- "0", "1", "0@5.5" -> { success, time or nil }; or nil, message
+local function outcome_of(a)
+  local kind, at = a:match("^([01])@(.+)$")
+  kind = kind or a:match("^([01])$")
+  if not kind then return nil, "bad outcome '" .. a .. "' (0 or 1)" end
+  if at and not tonumber(at) then return nil, "bad time in '" .. a .. "'" end
+  return { kind == "1", tonumber(at) }
+end
+
+-- one option argument at argv[i] into the parse state p; returns the
+-- index of the next argument, or nil, message
+local function take_option(argv, i, p)
+  local a = argv[i]
+  local flag = a:gsub("^%-%-no%-", ""):gsub("^%-%-", ""):gsub("%-", "_")
+  if a == "-a" or a == "--strategy" or a == "--algorithm" then
+    if not argv[i + 1] then return nil, a .. " needs a strategy name" end
+    p.strategy = argv[i + 1]:lower()
+    return i + 2
+  elseif a == "--chart" then
+    p.chart = true
+    return i + 1
+  elseif FLAGS[flag] then
+    p.opts[flag] = a:find("^%-%-no%-") == nil
+    return i + 1
+  elseif a == "--random" then
+    local f, err = draws_of(argv[i + 1] or "")
+    if not f then return nil, err end
+    p.opts.random = f
+    return i + 2
+  end
+  local name, value = a:match("^%-%-([%w%-]+)=(.*)$")
+  local next_i = i + 1
+  if not name then
+    name, value, next_i = a:sub(3), argv[i + 1], i + 2
+    if value == nil then return nil, a .. " needs a value" end
+  end
+  p.opts[name:gsub("%-", "_")] = tonumber(value) or value
+  return next_i
+end
+
+-- returns strategy, options, outcomes, chart; or nil, message ("help"
+-- for -h)
 local function parse(argv)
-  local strategy, opts, outcomes, chart = nil, {}, {}, false
+  local p = { opts = {}, outcomes = {}, chart = false }
   local i = 1
   while i <= #argv do
-    local a = argv[i]
+    local a, err = argv[i]
     if a == "-h" or a == "--help" then return nil, "help" end
-    if a == "-a" or a == "--strategy" or a == "--algorithm" then
-      strategy = argv[i + 1]
-      if not strategy then return nil, a .. " needs a strategy name" end
-      strategy = strategy:lower()
-      i = i + 2
-    elseif a == "--chart" then
-      chart, i = true, i + 1
-    elseif FLAGS[a:gsub("^%-%-no%-", ""):gsub("^%-%-", ""):gsub("%-", "_")]
-    then
-      local name = a:gsub("^%-%-no%-", ""):gsub("^%-%-", ""):gsub("%-", "_")
-      opts[name], i = a:find("^%-%-no%-") == nil, i + 1
-    elseif a == "--random" then
-      local f, err = draws_of(argv[i + 1] or "")
-      if not f then return nil, err end
-      opts.random, i = f, i + 2
-    elseif a:match("^%-%-") then
-      local name, value = a:match("^%-%-([%w%-]+)=(.*)$")
-      if name then
-        i = i + 1
-      else
-        name, value = a:sub(3), argv[i + 1]
-        if value == nil then return nil, a .. " needs a value" end
-        i = i + 2
-      end
-      name = name:gsub("%-", "_")
-      opts[name] = tonumber(value) or value
+    if a == "-a" or a:match("^%-%-") then
+      i, err = take_option(argv, i, p)
     else
-      local kind, at = a:match("^([01])@(.+)$")
-      kind = kind or a:match("^([01])$")
-      if not kind then return nil, "bad outcome '" .. a .. "' (0 or 1)" end
-      if at and not tonumber(at) then
-        return nil, "bad time in '" .. a .. "'"
-      end
-      outcomes[#outcomes + 1] = { kind == "1", tonumber(at) }
+      local o
+      o, err = outcome_of(a)
+      p.outcomes[#p.outcomes + 1] = o
       i = i + 1
     end
+    if err then return nil, err end
   end
-  if not strategy then return nil, "no strategy: use -a NAME" end
-  if opts.start == nil then opts.start = 0 end
-  return strategy, opts, outcomes, chart
+  if not p.strategy then return nil, "no strategy: use -a NAME" end
+  if #p.outcomes == 0 then
+    return nil, "no outcome to print: give 0 (a failure) or 1 (a success) "
+      .. "for each attempt"
+  end
+  if p.opts.start == nil then p.opts.start = 0 end
+  return p.strategy, p.opts, p.outcomes, p.chart
 end
 
 -- The *I*D strategies differ only in their option names, and a mix-up
@@ -124,16 +145,20 @@ local function sibling_for(strategy, opts)
   return found
 end
 
---- Run the tool: argv is a list of strings, write(s) prints results,
--- warn(s) prints notes (default: write).  Returns the exit status.
-function cli.run(argv, write, warn)
-  warn = warn or write
-  local strategy, opts, outcomes, chart = parse(argv)
-  if not strategy then
-    if opts == "help" then write(cli.usage) return 0 end
-    write("backoff-delays: " .. opts .. "\n" .. cli.usage)
-    return 2
-  end
+-- the chart's first line: its unit and its scale (the largest delay,
+-- top, is 50 #)
+local function chart_header(top, timeouts)
+  local unit = timeouts and "delay\ttimeout (s)" or "delay (s)"
+  local scale = top > 0
+    and ("one # = %s s (the largest, %s s, is 50 #)"):format(
+      ("%.3g"):format(top / 50), fmt(top))
+    or "every delay is 0 s"
+  return ("%-12s %s"):format(unit, scale)
+end
+
+-- the object for strategy and opts (or for the sibling that takes
+-- them, with a note); or nil, message
+local function object_of(strategy, opts, warn)
   local ok, b = pcall(backoff.new, strategy, opts)
   local other = not ok and sibling_for(strategy, opts)
   if other then
@@ -141,37 +166,55 @@ function cli.run(argv, write, warn)
           .. "using %s\n"):format(strategy, other))
     ok, b = pcall(backoff.new, other, opts)
   end
-  if not ok then
-    write("backoff-delays: " .. tostring(b) .. "\n")
-    return 2
-  end
-  local rows, ts, top = {}, opts.start, 0
+  if not ok then return nil, tostring(b) end
+  return b
+end
+
+-- the { delay, timeout or reason } of each outcome, the largest delay,
+-- and whether timeouts were printed; or nil, message
+local function rows_of(b, opts, outcomes)
+  local rows, ts, top, timeouts = {}, opts.start, 0, false
   for _, o in ipairs(outcomes) do
     ts = o[2] or ts
-    local done, d, t
-    if o[1] then done, d, t = pcall(b.success, b, ts)
-    else done, d, t = pcall(b.failure, b, ts) end
-    if not done then                -- a --random draw out of [0, 1]
-      write("backoff-delays: " .. tostring(d) .. "\n")
-      return 2
-    end
+    local done, d, t = pcall(o[1] and b.success or b.failure, b, ts)
+    if not done then return nil, tostring(d) end  -- a bad --random draw
     rows[#rows + 1] = { d, t }
     if d and d > top then top = d end
+    timeouts = timeouts or t ~= nil and d ~= nil
   end
-  for _, r in ipairs(rows) do
-    local line
-    if r[1] == nil then
-      line = "give up (" .. r[2] .. ")"
-    else
-      line = fmt(r[1])
-      if r[2] then line = line .. "\t" .. fmt(r[2]) end
-      if chart then
-        local width = top > 0 and math.floor(r[1] / top * 50 + 0.5) or 0
-        line = ("%-12s %s"):format(line, ("#"):rep(width))
-      end
-    end
-    write(line .. "\n")
+  return rows, top, timeouts
+end
+
+-- one row as printed: the delay (and timeout), with its bar on a chart
+local function line_of(r, chart, top)
+  if r[1] == nil then return "give up (" .. r[2] .. ")" end
+  local line = fmt(r[1])
+  if r[2] then line = line .. "\t" .. fmt(r[2]) end
+  if not chart then return line end
+  local width = top > 0 and math.floor(r[1] / top * 50 + 0.5) or 0
+  return (("%-12s %s"):format(line, ("#"):rep(width)):gsub("%s+$", ""))
+end
+
+--- Run the tool: argv is a list of strings, write(s) prints results
+-- (stdout), warn(s) prints errors and notes (stderr; default: write).
+-- Returns the exit status: 0, or 2 for a usage error or a bad option.
+function cli.run(argv, write, warn)
+  warn = warn or write
+  local strategy, opts, outcomes, chart = parse(argv)
+  if not strategy then
+    if opts == "help" then write(cli.usage) return 0 end
+    warn("backoff-delays: " .. opts .. "\n" .. cli.usage)
+    return 2
   end
+  local b, err = object_of(strategy, opts, warn)
+  local rows, top, timeouts
+  if b then rows, top, timeouts = rows_of(b, opts, outcomes) end
+  if not rows then
+    warn("backoff-delays: " .. (err or top) .. "\n")
+    return 2
+  end
+  if chart then write(chart_header(top, timeouts) .. "\n") end
+  for _, r in ipairs(rows) do write(line_of(r, chart, top) .. "\n") end
   return 0
 end
 

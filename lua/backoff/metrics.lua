@@ -26,8 +26,8 @@
 -- state.  Keys are "backoff\t<counter>\t<name>[\t<reason>]", so the dict
 -- may hold other data; metrics.prometheus reads only these keys.
 
-local core = require "backoff.core"
-local repr = core._repr             -- short, escaped
+local util = require "backoff.util"
+local repr = util.repr              -- short, escaped
 
 local error, floor, getmetatable, ipairs, next, pairs, rawget,
       setmetatable, sort, concat, type, format, byte =
@@ -70,7 +70,8 @@ local function in_nginx()
   return type(ngx) == "table" and type(ngx.get_phase) == "function"
 end
 
-local has_method = require("backoff.util").has_method
+local has_method, incr, printable = util.has_method, util.incr,
+                                    util.printable
 
 local function is_dict(v)
   return has_method(v, "incr") and has_method(v, "get")
@@ -79,6 +80,20 @@ end
 
 -- s is UTF-8 with no control character (C0, DEL): a label value any
 -- Prometheus parser reads back as it was
+-- a UTF-8 lead byte c (>= 0x80): how many bytes follow it, and the
+-- range of the first (no overlong form, no surrogate, nothing past
+-- U+10FFFF); nil for a byte that cannot lead
+local function utf8_lead(c)
+  if c >= 0xc2 and c <= 0xdf then return 1, 0x80, 0xbf end
+  if c == 0xe0 then return 2, 0xa0, 0xbf end
+  if c == 0xed then return 2, 0x80, 0x9f end
+  if c >= 0xe1 and c <= 0xef then return 2, 0x80, 0xbf end
+  if c == 0xf0 then return 3, 0x90, 0xbf end
+  if c >= 0xf1 and c <= 0xf3 then return 3, 0x80, 0xbf end
+  if c == 0xf4 then return 3, 0x80, 0x8f end
+  return nil
+end
+
 local function clean_utf8(s)
   local i, n = 1, #s
   while i <= n do
@@ -87,15 +102,8 @@ local function clean_utf8(s)
     if c < 0x80 then
       i = i + 1
     else
-      local need, lo, hi
-      if c >= 0xc2 and c <= 0xdf then need, lo, hi = 1, 0x80, 0xbf
-      elseif c == 0xe0 then need, lo, hi = 2, 0xa0, 0xbf
-      elseif c == 0xed then need, lo, hi = 2, 0x80, 0x9f
-      elseif c >= 0xe1 and c <= 0xef then need, lo, hi = 2, 0x80, 0xbf
-      elseif c == 0xf0 then need, lo, hi = 3, 0x90, 0xbf
-      elseif c >= 0xf1 and c <= 0xf3 then need, lo, hi = 3, 0x80, 0xbf
-      elseif c == 0xf4 then need, lo, hi = 3, 0x80, 0x8f
-      else return false end
+      local need, lo, hi = utf8_lead(c)
+      if not need then return false end
       local c2 = byte(s, i + 1)
       if not c2 or c2 < lo or c2 > hi then return false end
       for k = 2, need do
@@ -131,8 +139,24 @@ local function self_of(self, method)
   return self
 end
 
--- add n to one counter (reason: the giveups label); a full dict loses
--- the count and says so once per recorder in the error log
+-- why an incr failed, as the error log says it: a full dict, or a value
+-- of another writer's under our key
+local function lost_because(err, key)
+  if err == "not a number" then
+    return ("the key '%s' holds a value that is not a number: another "
+      .. "user of the lua_shared_dict wrote it (give backoff.metrics a "
+      .. "lua_shared_dict of its own)"):format(printable(key))
+  elseif err == "no memory" then
+    return "no memory (make the lua_shared_dict larger, or give "
+      .. "backoff.metrics one of its own)"
+  end
+  return tostring(err)
+end
+
+-- add n to one counter (reason: the giveups label).  A count that
+-- cannot be added is lost, never raised into a request, and said once
+-- per recorder and cause in the error log; an addition that evicted
+-- other keys is logged by util.incr.
 local function add(self, counter, n, reason)
   local key = self.keys[counter]
   if reason then
@@ -145,13 +169,13 @@ local function add(self, counter, n, reason)
   end
   local dict = self.dict
   if dict then
-    local ok, err = dict:incr(key, n, 0)
-    if not ok and not self.warned then
-      self.warned = true
+    local ok, err = incr(dict, key, n, 0)
+    if not ok and not self.warned[err or "?"] then
+      self.warned[err or "?"] = true
       local ngx = rawget(_G, "ngx")
       if type(ngx) == "table" and ngx.log then
         ngx.log(ngx.WARN, "backoff.metrics: counts lost for '", self.name,
-                "': ", err, " (make the lua_shared_dict larger)")
+                "': ", lost_because(err, key))
       end
     end
   else
@@ -258,7 +282,8 @@ function Recorder:counts()
     for k in pairs(process) do keys[#keys + 1] = k end
   end
   for _, k in ipairs(keys) do
-    if k:sub(1, #p) == p then
+    if type(k) == "string" and k:sub(1, #p) == p
+       and is_reason(k:sub(#p + 1)) then
       t.giveups[k:sub(#p + 1)] = stored(self, k)
     end
   end
@@ -268,6 +293,27 @@ end
 function Recorder:__tostring()
   return ("backoff.metrics: %s (%s)"):format(repr(self.name),
     self.dict and "shared dict" or "this process")
+end
+
+-- opts.shared checked: the dict, or nil for this Lua state's counts
+local function shared_of(opts)
+  local dict = rawget(opts, "shared")
+  if dict == nil and in_nginx() then
+    error("backoff.metrics.new: inside nginx, option 'shared' must be a "
+          .. "lua_shared_dict (got nil: is ngx.shared.<name> spelled as "
+          .. "the lua_shared_dict in nginx.conf?); without one each worker "
+          .. "would count apart, and /metrics show one worker at a time; "
+          .. "shared = false keeps per-worker counts on purpose", 3)
+  end
+  if dict == false then
+    dict = nil
+  elseif dict ~= nil and not is_dict(dict) then
+    error("backoff.metrics.new: option 'shared' must be an ngx.shared "
+          .. "dict or false (got " .. repr(dict)
+          .. (type(dict) == "string" and ": the dict is ngx.shared[name], "
+              .. "not its name" or "") .. ")", 3)
+  end
+  return dict
 end
 
 local known_opts = { shared = true }
@@ -292,25 +338,14 @@ function M.new(name, opts)
       error("backoff.metrics.new: unknown option " .. repr(k), 2)
     end
   end
-  local dict = rawget(opts, "shared")
-  if dict == nil and in_nginx() then
-    error("backoff.metrics.new: inside nginx, option 'shared' must be a "
-          .. "lua_shared_dict (each worker would count apart, and "
-          .. "/metrics show one worker at a time); shared = false keeps "
-          .. "per-worker counts anyway", 2)
-  end
-  if dict == false then
-    dict = nil
-  elseif dict ~= nil and not is_dict(dict) then
-    error("backoff.metrics.new: option 'shared' must be an ngx.shared "
-          .. "dict or false (got " .. repr(dict) .. ")", 2)
-  end
+  local dict = shared_of(opts)
   local keys = { giveups = {} }
   for _, c in ipairs(COUNTERS) do
     if c ~= "giveups" then keys[c] = PREFIX .. c .. "\t" .. name end
   end
   return setmetatable({ name = name, dict = dict, keys = keys,
-    prefix_giveups = PREFIX .. "giveups\t" .. name .. "\t" }, Recorder)
+    prefix_giveups = PREFIX .. "giveups\t" .. name .. "\t", warned = {} },
+    Recorder)
 end
 
 ------------------------------------------------------------------------
@@ -332,6 +367,26 @@ end
 
 -- counter, name and reason ("" for none) of one of our keys
 local KEY = "^backoff\t([%w_]+)\t([^\t]*)\t?(.*)$"
+
+-- the labels of key k: name="..." (and reason="..." for a give-up); nil
+-- for a key metrics.new and add could not have written (an unknown
+-- counter, a name that is not clean UTF-8 or too long, a give-up
+-- without a reason or a reason that is not a name), so that another
+-- writer's key under our prefix never makes the exposition unparsable
+local function labels_of(k)
+  local counter, name, reason = k:match(KEY)
+  if not (counter and KNOWN[counter]) or #name == 0 or #name > MAX_NAME
+     or not clean_utf8(name) then
+    return nil
+  end
+  local labels = 'name="' .. escape(name) .. '"'
+  if counter == "giveups" then
+    if not is_reason(reason) then return nil end
+    return counter, labels .. ',reason="' .. reason .. '"'
+  end
+  if reason ~= "" then return nil end
+  return counter, labels
+end
 
 -- the keys and values to write: from the dict, or this process's
 local function snapshot(dict)
@@ -361,20 +416,11 @@ function M.prometheus(dict)
   check_dict(dict, "prometheus")
   local rows = {}                   -- counter -> { label text -> value }
   for k, v in pairs(snapshot(dict)) do
-    local counter, name, reason = k:match(KEY)
-    if counter and KNOWN[counter] then
-      local labels = 'name="' .. escape(name) .. '"'
-      if counter == "giveups" then
-        if reason == "" then labels = nil
-        else labels = labels .. ',reason="' .. escape(reason) .. '"' end
-      elseif reason ~= "" then
-        labels = nil
-      end
-      if labels then
-        local r = rows[counter] or {}
-        rows[counter] = r
-        r[labels] = (r[labels] or 0) + v
-      end
+    local counter, labels = labels_of(k)
+    if counter then
+      local r = rows[counter] or {}
+      rows[counter] = r
+      r[labels] = (r[labels] or 0) + v
     end
   end
   local out = {}

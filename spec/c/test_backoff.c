@@ -428,6 +428,39 @@ static void test_options_by_name(void **state) {
                       "'delay_increment_on_failure'");
 }
 
+/* a first delay above the cap: an error through the C API too, naming
+   what was given, with both values */
+static void test_first_delay_above_cap(void **state) {
+  backoff_setup s;
+  backoff_problem p;
+  char msg[200];
+  (void)state;
+  backoff_setup_init(&s, BACKOFF_EXPONENTIAL);
+  assert_int_equal(set_number(&s, "initial_delay", 100, &p), BACKOFF_OK);
+  assert_int_equal(set_number(&s, "max_delay", 10, &p), BACKOFF_OK);
+  assert_int_equal(backoff_setup_finish(&s, &p), BACKOFF_EINVAL);
+  assert_int_equal(s.checked, 0);
+  backoff_problem_message(&p, BACKOFF_EXPONENTIAL, msg, sizeof msg);
+  assert_string_equal(msg, "option 'initial_delay' must be <= max_delay "
+                      "(got 100 > 10)");
+  assert_int_equal(backoff_problem_quotes(&p), 0);
+  /* equal is fine */
+  assert_int_equal(set_number(&s, "max_delay", 100, &p), BACKOFF_OK);
+  assert_int_equal(backoff_setup_finish(&s, &p), BACKOFF_OK);
+  /* the cap alone, below a default first delay: the cap is named */
+  backoff_setup_init(&s, BACKOFF_GOOGLE);
+  assert_int_equal(set_number(&s, "max_interval", 0.25, &p), BACKOFF_OK);
+  assert_int_equal(backoff_setup_finish(&s, &p), BACKOFF_EINVAL);
+  backoff_problem_message(&p, BACKOFF_GOOGLE, msg, sizeof msg);
+  assert_string_equal(msg, "option 'max_interval' must be >= "
+                      "initial_interval (got 0.25 < 0.5)");
+  /* constant keeps Perl's delay above max_delay */
+  backoff_setup_init(&s, BACKOFF_CONSTANT);
+  assert_int_equal(set_number(&s, "delay", 3, &p), BACKOFF_OK);
+  assert_int_equal(set_number(&s, "max_delay", 2, &p), BACKOFF_OK);
+  assert_int_equal(backoff_setup_finish(&s, &p), BACKOFF_OK);
+}
+
 /* one random option of strategy s (mostly a row s accepts), with a
    random value (mostly a valid number); x is the generator */
 static void set_random(backoff_setup *su, int s, int rows, uint64_t *x) {
@@ -563,6 +596,7 @@ int main(void) {
     cmocka_unit_test(test_rng_reference_values),
     cmocka_unit_test(test_names),
     cmocka_unit_test(test_options_by_name),
+    cmocka_unit_test(test_first_delay_above_cap),
     cmocka_unit_test(test_finish_implies_check),
     cmocka_unit_test(test_hint),
   };

@@ -6,7 +6,9 @@
 --   * OpenResty's layout (LUA_CMODULE_DIR = LUA_MODULE_DIR = lualib, as
 --     the README says for /usr/local/openresty), loaded by a real nginx
 --     (127.0.0.1, a free port, under `timeout`, stopped by its pid);
---   * make uninstall leaves nothing behind.
+--   * make uninstall leaves nothing behind: no file, and no directory
+--     it created (those that were there before stay).
+--   * make help lists the variables as well as the targets.
 -- Every Lua runs in the scratch directory, outside the checkout, with
 -- LUA_PATH and LUA_CPATH naming only the scratch tree (no ";;"), so
 -- nothing of the checkout or of /usr/local can be picked up.  TAP.
@@ -47,6 +49,16 @@ end
 local function files_under(dir)
   local t = {}
   for f in run("cd " .. q(dir) .. " && find . -type f -o -type l | sort")
+      :gmatch("%./([^\n]+)") do
+    t[#t + 1] = f
+  end
+  return t
+end
+
+-- every directory below dir (not dir itself)
+local function dirs_under(dir)
+  local t = {}
+  for f in run("cd " .. q(dir) .. " && find . -mindepth 1 -type d | sort")
       :gmatch("%./([^\n]+)") do
     t[#t + 1] = f
   end
@@ -135,6 +147,12 @@ for _, v in ipairs { "5.1", "5.4", "luajit" } do
   local abi = v == "luajit" and "5.1" or v
   local lua = v == "luajit" and "luajit" or "lua" .. v
   local dest = SCRATCH .. "/" .. v
+  -- for 5.4, two empty directories that were there before install:
+  -- uninstall keeps them (it removes only those it created)
+  local before = v == "5.4" and { "usr", "usr/local", "usr/local/bin",
+    "usr/local/share", "usr/local/share/lua", "usr/local/share/lua/5.4" }
+    or {}
+  for _, d in ipairs(before) do H.sh("mkdir -p " .. q(dest .. "/" .. d)) end
   local out, ok = run(("%s -s -C %s install LUA_VERSION=%s DESTDIR=%s")
     :format(MAKE, q(ROOT), v, q(dest)))
   check(ok, "make install LUA_VERSION=" .. v .. " DESTDIR=<scratch>", out)
@@ -142,14 +160,15 @@ for _, v in ipairs { "5.1", "5.4", "luajit" } do
   local lmod = dest .. "/usr/local/share/lua/" .. abi
   local cmod = dest .. "/usr/local/lib/lua/" .. abi
   local want = { "usr/local/bin/backoff-delays",
-    "usr/local/lib/lua/" .. abi .. "/backoff/core.so" }
+    "usr/local/lib/lua/" .. abi .. "/backoff/core.so",
+    "usr/local/share/lua/" .. abi .. "/backoff/.installed-dirs" }
   for _, m in ipairs(MODULES) do
     want[#want + 1] = "usr/local/share/lua/" .. abi .. "/" .. m
   end
   local same, detail = same_set(files_under(dest), want)
   check(same, ("%s: core.so in lib/lua/%s, the %d modules of lua/ in "
-    .. "share/lua/%s, bin/backoff-delays, nothing else"):format(v, abi,
-    #MODULES, abi), detail)
+    .. "share/lua/%s, bin/backoff-delays, the record of the directories "
+    .. "it created, nothing else"):format(v, abi, #MODULES, abi), detail)
 
   local env = lua_env(lmod .. "/?.lua", cmod .. "/?.so")
   out, ok = run(env .. lua .. " " .. q(check_file) .. " " .. q(lmod) .. " "
@@ -165,12 +184,25 @@ for _, v in ipairs { "5.1", "5.4", "luajit" } do
   check(first == "#!/usr/bin/env " .. lua and ok and out == LIMD,
     "the installed backoff-delays runs " .. lua
     .. " and prints the LIMD example", first .. "\n" .. out)
+  -- no outcome: the usage on stderr only, and exit status 2
+  out = run(env .. q(bin) .. " -a exponential --initial-delay 1 2>"
+    .. q(SCRATCH .. "/none.err") .. "; echo \"status=$?\"")
+  local err = H.read_file(SCRATCH .. "/none.err")
+  check(out:match("^status=2\n") and err:match("^backoff%-delays: no outcome")
+    and err:find("\nusage: backoff-delays", 1, true),
+    "the installed backoff-delays with no outcome prints the usage on "
+    .. "stderr, nothing on stdout, and exits 2", out .. err)
 
   out, ok = run(("%s -s -C %s uninstall LUA_VERSION=%s DESTDIR=%s")
     :format(MAKE, q(ROOT), v, q(dest)))
   local left = files_under(dest)
   check(ok and #left == 0, "make uninstall LUA_VERSION=" .. v
     .. " removes every file it installed", out .. table.concat(left, " "))
+  same, detail = same_set(dirs_under(dest), before)
+  check(same, "make uninstall LUA_VERSION=" .. v .. " removes every "
+    .. "directory it created"
+    .. (#before > 0 and ", and keeps the empty ones that were there" or ""),
+    detail)
 end
 
 ------------------------------------------------------------------------
@@ -188,8 +220,11 @@ do
   end
   check(ok and out == LIMD, "make install PREFIX=<scratch>: backoff-delays "
     .. "finds its modules with LUA_PATH and LUA_CPATH pointing elsewhere", out)
-  run(("%s -s -C %s uninstall LUA_VERSION=5.4 PREFIX=%s")
+  out, ok = run(("%s -s -C %s uninstall LUA_VERSION=5.4 PREFIX=%s")
     :format(MAKE, q(ROOT), q(prefix)))
+  local _, exists = run("test -e " .. q(prefix))
+  check(ok and not exists, "make uninstall PREFIX=<scratch> removes the "
+    .. "PREFIX it created", out)
 end
 
 ------------------------------------------------------------------------
@@ -205,7 +240,8 @@ check(ok, "make install into OpenResty's lualib (LUA_CMODULE_DIR = "
   .. "LUA_MODULE_DIR), DESTDIR=<scratch>", out)
 local lualib = dest .. OR .. "/lualib"
 local want = { "usr/local/bin/backoff-delays",
-  "usr/local/openresty/lualib/backoff/core.so" }
+  "usr/local/openresty/lualib/backoff/core.so",
+  "usr/local/openresty/lualib/backoff/.installed-dirs" }
 for _, m in ipairs(MODULES) do
   want[#want + 1] = "usr/local/openresty/lualib/" .. m
 end
@@ -255,6 +291,33 @@ else
   H.stop_nginx(PREFIX)
   local bad = H.errors_logged(PREFIX)
   check(#bad == 0, "nginx logged no error", table.concat(bad, "\n"))
+end
+
+out, ok = run(("%s -s -C %s uninstall LUA_VERSION=luajit "
+  .. "LUA_CMODULE_DIR=%s/lualib LUA_MODULE_DIR=%s/lualib DESTDIR=%s")
+  :format(MAKE, q(ROOT), OR, OR, q(dest)))
+check(ok and #files_under(dest) == 0 and #dirs_under(dest) == 0,
+  "make uninstall from OpenResty's lualib leaves no file and no directory",
+  out .. table.concat(files_under(dest), " ") .. " "
+  .. table.concat(dirs_under(dest), " "))
+
+------------------------------------------------------------------------
+-- make help: the targets and the variables of the header comment
+
+do
+  local help = run(("%s -s -C %s help"):format(MAKE, q(ROOT)))
+  local missing = {}
+  for _, v in ipairs { "LUA_VERSION", "V", "PREFIX", "DESTDIR",
+      "LUA_INCLUDE_DIR", "LUA_CMODULE_DIR", "LUA_MODULE_DIR", "LUA_BIN_DIR",
+      "BINDIR", "LUA", "CC", "CFLAGS", "LIBFLAG" } do
+    if not help:find("\n  " .. v .. "[ ,]") and
+       not help:find(", " .. v .. "[ ,]") then
+      missing[#missing + 1] = v
+    end
+  end
+  check(#missing == 0 and help:find("\nmake install ", 1, true),
+    "make help lists the targets and the variables (LUA_VERSION, V, "
+    .. "PREFIX, DESTDIR, ...)", "missing: " .. table.concat(missing, " "))
 end
 
 if not os.getenv("KEEP") then H.sh("rm -rf " .. q(SCRATCH)) end

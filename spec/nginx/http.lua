@@ -3,8 +3,9 @@
 -- 127.0.0.1 that fails as told, requests retried through
 -- ngx.location.capture + proxy_pass and through raw cosockets, /metrics
 -- read back by python3-prometheus-client, and retries asked for in
--- header_filter and log.  nginx runs under `timeout` and is stopped by
--- its pid.  TAP.  Bounded: about 40 requests, 30 s.
+-- header_filter and log, foreign keys under the metrics prefix, and a
+-- full lua_shared_dict evicting keys.  nginx runs under `timeout` and is
+-- stopped by its pid.  TAP.  Bounded: about 45 requests, 30 s.
 --   lua5.4 spec/nginx/http.lua ROOT
 local socket = require "socket"
 
@@ -178,11 +179,17 @@ local expected = {
   post_idempotency_key = { attempts = 3, retries = 2, successes = 1,
     successes_after_retry = 1 },
   ['we"ird \\ name ☕'] = { attempts = 1, successes = 1 },
+  -- its retries key holds another writer's string (/plant): not shown
+  foreign = { attempts = 2, successes = 1, successes_after_retry = 1 },
 }
 local COUNTERS = { "attempts", "retries", "successes",
   "successes_after_retry", "budget_refusals", "hints_honoured" }
 
 local function metrics_checks(port)
+  -- foreign keys and values under the prefix first: /metrics must parse
+  local planted = get(port, "/plant")
+  check(planted == "ok\n", "/plant wrote foreign keys under the metrics "
+    .. "prefix", planted)
   local text, status, head = get(port, "/metrics")
   check(status == 200 and (head or ""):lower():match(
     "content%-type: text/plain; version=0%.0%.4"),
@@ -215,8 +222,45 @@ local function metrics_checks(port)
     end
   end
   check(#wrong == 0, "the parsed counters are the counts of the requests "
-    .. "made (a name with quotes, a backslash and UTF-8 included)",
-    table.concat(wrong, "\n"))
+    .. "made (a name with quotes, a backslash and UTF-8 included), the "
+    .. "foreign keys (one not UTF-8) skipped", table.concat(wrong, "\n"))
+  local log = H.read_file(PREFIX .. "/logs/error.log")
+  local _, said = log:gsub("counts lost for 'foreign': the key "
+    .. "'backoff\\tretries\\tforeign' holds a value that is not a number",
+    "")
+  check(said == 1 and not log:find("counts lost for 'foreign': no memory",
+    1, true), "a foreign value under a metrics key is logged as one, once "
+    .. "(not as a full dict)", said)
+end
+
+------------------------------------------------------------------------
+-- a full lua_shared_dict: a forced eviction is logged at warn, once per
+-- key and minute, naming the dict
+
+local function eviction_checks(port)
+  local r = fields(get(port, "/evict"))
+  local log = H.read_file(PREFIX .. "/logs/error.log")
+  local line = "the lua_shared_dict 'tiny' is full: adding to key '"
+  local probe, fillers, level = 0, 0, true
+  for l in log:gmatch("[^\n]+") do
+    if l:find(line, 1, true) then
+      if l:find(line .. "probe'", 1, true) then probe = probe + 1
+      else fillers = fillers + 1 end
+      level = level and l:find("[warn]", 1, true) ~= nil
+    end
+  end
+  check(r.forced == "2" and r.stale == "0" and tonumber(r.keys)
+    and tonumber(r.keys) < 300,
+    "a 12k dict fills up: incr of a new key evicts others (forcible)",
+    show(r))
+  check(probe == 1 and fillers >= 1 and level,
+    "a forced eviction is logged at warn, naming the dict: the probe key "
+    .. "evicted twice is logged once in the minute",
+    ("probe lines %d, filler lines %d, all warn: %s"):format(probe,
+      fillers, tostring(level)))
+  local advice = log:find("give each user (each budget, backoff.metrics, "
+    .. "other code) a lua_shared_dict of its own, larger", 1, true)
+  check(advice ~= nil, "the line advises a dict of its own, larger")
 end
 
 ------------------------------------------------------------------------
@@ -266,7 +310,7 @@ local function main()
     return
   end
   for _, f in ipairs { get_checks, post_checks, timeout_checks,
-                       late_checks, metrics_checks } do
+                       late_checks, metrics_checks, eviction_checks } do
     local fine, e = pcall(f, ports.main)
     check(fine, "checks ran without a Lua error", e)
   end

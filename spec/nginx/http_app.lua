@@ -211,6 +211,43 @@ function app.run()
 end
 
 ------------------------------------------------------------------------
+-- a full lua_shared_dict: incr evicts other keys to make room
+
+-- /evict: three rounds of the key "probe" (new each time: the fillers
+-- after it evict it, the least recently used) and 300 metric keys; the
+-- probe is added by util.incr itself, the fillers by backoff.metrics
+function app.evict()
+  local util = require "backoff.util"
+  local d = ngx.shared.tiny
+  d:flush_all()
+  local forced, lost = 0, 0
+  for round = 1, 3 do
+    local v, _, forcible = util.incr(d, "probe", 1, 0)
+    if forcible then forced = forced + 1 end
+    if v ~= 1 then lost = lost + 1 end      -- it was there still
+    for i = 1, 300 do
+      metrics.new(("r%dn%d"):format(round, i), { shared = d })
+        :add("attempts", 1)
+    end
+  end
+  ngx.say("forced=", forced)
+  ngx.say("stale=", lost)
+  ngx.say("keys=", #d:get_keys(0))
+end
+
+-- /plant: what another writer may leave under the metrics prefix: a
+-- key that is not UTF-8, a reason that is not one, and a string where
+-- a count of "foreign" lives (then that recorder runs once)
+function app.plant()
+  local d = ngx.shared.metrics
+  d:set("backoff\tattempts\t\255\254", 1)
+  d:set("backoff\tgiveups\tget_refused\t\255", 1)
+  d:set("backoff\tretries\tforeign", "not a count")
+  metrics.new("foreign", { shared = d }):run(true, 2)
+  ngx.say("ok")
+end
+
+------------------------------------------------------------------------
 -- retries asked for in header_filter and log, where nginx cannot wait
 
 function app.late(phase)

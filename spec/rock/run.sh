@@ -51,8 +51,9 @@ for m in $(cd "$src/lua" && find . -name '*.lua' | sed 's|^\./||'); do
 done
 [ -f "$tree/lib/lua/5.1/backoff/core.so" ] || missing="$missing backoff/core.so"
 [ -x "$tree/bin/backoff-delays-5.1" ] || missing="$missing bin/backoff-delays-5.1"
+[ -x "$tree/bin/backoff-delays" ] || missing="$missing bin/backoff-delays"
 if [ -z "$missing" ]; then
-  ok "the rock installed backoff/core.so, every module of lua/ and bin/backoff-delays-5.1"
+  ok "the rock installed backoff/core.so, every module of lua/, bin/backoff-delays-5.1 and bin/backoff-delays"
 else not_ok "the rock did not install:$missing"; fi
 exports=$(nm -D --defined-only "$tree/lib/lua/5.1/backoff/core.so" 2>&1 |
   awk '$2 ~ /^[TDBRVW]$/ { print $3 }' | sort | tr '\n' ' ')
@@ -62,6 +63,18 @@ else not_ok "the rock's core.so exports: $exports"; fi
 out=$(limd "$tree/bin/backoff-delays-5.1")
 if [ "$out" = "$LIMD" ]; then ok "the installed backoff-delays-5.1 prints the LIMD example"
 else not_ok "backoff-delays-5.1 printed: $out"; fi
+# the documented name, as doc/cli.md runs it
+out=$(limd "$tree/bin/backoff-delays")
+if [ "$out" = "$LIMD" ]; then ok "the installed backoff-delays (the documented name) prints the LIMD example"
+else not_ok "backoff-delays printed: $out"; fi
+# no outcome: the usage on stderr, nothing on stdout, a non-zero status
+"$tree/bin/backoff-delays" -a exponential --initial-delay 1 \
+  >"$work/none.out" 2>"$work/none.err"
+status=$?
+if [ "$status" -eq 2 ] && [ ! -s "$work/none.out" ] &&
+   grep -q '^usage: backoff-delays' "$work/none.err"; then
+  ok "the installed backoff-delays with no outcome prints the usage on stderr and exits 2"
+else not_ok "backoff-delays with no outcome exited $status"; show "$work/none.out"; show "$work/none.err"; fi
 
 # the version the module reports, and the versioned rockspec beside scm
 version=$(cd "$run" && eval "$(luarocks --lua-version 5.1 path --tree "$tree")" &&
@@ -96,6 +109,13 @@ backups=$(cd "$tree/bin" && ls -a | grep '~' | tr '\n' ' ')
 if [ -z "$backups" ]; then
   ok "four Lua versions in one tree leave no backoff-delays~ behind"
 else not_ok "left in $tree/bin: $backups"; fi
+# backoff-delays: one launcher for the tree, running the newest version
+out=$(limd "$tree/bin/backoff-delays")
+if [ "$out" = "$LIMD" ] &&
+   sh -x "$tree/bin/backoff-delays" --help 2>&1 >/dev/null |
+     grep -q "exec .*/backoff-delays-5.4 --help"; then
+  ok "with four versions in the tree, backoff-delays runs backoff-delays-5.4 and prints the LIMD example"
+else not_ok "backoff-delays with four versions printed: $out"; fi
 for v in 5.1 5.2 5.3 5.4; do
   w=$tree/bin/backoff-delays-$v
   out=$(limd "$w")
@@ -120,6 +140,9 @@ if luarocks --lua-version 5.2 remove --tree "$tree" backoff >"$work/remove.log" 
    [ -x "$tree/bin/backoff-delays-5.1" ] && [ -x "$tree/bin/backoff-delays-5.3" ]; then
   ok "luarocks --lua-version 5.2 remove backoff removes backoff-delays-5.2 only"
 else not_ok "luarocks remove for 5.2"; show "$work/remove.log"; ls "$tree/bin" | sed 's/^/# /'; fi
+out=$(limd "$tree/bin/backoff-delays")
+if [ "$out" = "$LIMD" ]; then ok "after removing the 5.2 rock, backoff-delays still prints the LIMD example"
+else not_ok "backoff-delays after the 5.2 removal printed: $out"; fi
 
 # the other build path in the same copy: plain `make` (the README's)
 if (cd "$src" && make -s) >"$work/make.log" 2>&1 &&
@@ -127,12 +150,30 @@ if (cd "$src" && make -s) >"$work/make.log" 2>&1 &&
   ok "make with no target builds build/5.4/backoff/core.so in a fresh copy"
 else not_ok "make with no target in a fresh copy"; show "$work/make.log"; fi
 
-# 5. the versioned rockspec builds the same way
-if [ -f "$rs" ] && (cd "$src" && luarocks --lua-version 5.4 make --tree "$work/tree-v" \
-     "rockspec/backoff-$version-1.rockspec") >"$work/make-v.log" 2>&1 &&
-   luarocks --lua-version 5.4 list --tree "$work/tree-v" --porcelain 2>/dev/null |
-     grep -q "^backoff	$version-1	installed"; then
-  ok "luarocks make rockspec/backoff-$version-1.rockspec installs backoff $version-1"
-else not_ok "the versioned rockspec"; show "$work/make-v.log"; fi
+# every version removed: no backoff-delays of any name is left
+for v in 5.4 5.3 5.1; do
+  luarocks --lua-version $v remove --tree "$tree" backoff >>"$work/remove.log" 2>&1 ||
+    not_ok "luarocks --lua-version $v remove backoff"
+done
+left=$(cd "$tree/bin" 2>/dev/null && ls -a | grep backoff | tr '\n' ' ')
+if [ -z "$left" ]; then
+  ok "luarocks remove for every version leaves no backoff-delays in the tree's bin/"
+else not_ok "left in $tree/bin: $left"; show "$work/remove.log"; fi
+
+# 5. the versioned rockspec builds the same way, for 5.1 and 5.4 into one
+# private tree (LuaRocks cannot download here: nothing to fetch)
+for v in 5.1 5.4; do
+  if [ -f "$rs" ] && (cd "$src" && luarocks --lua-version $v make --tree "$work/tree-v" \
+       "rockspec/backoff-$version-1.rockspec") >"$work/make-v$v.log" 2>&1 &&
+     luarocks --lua-version $v list --tree "$work/tree-v" --porcelain 2>/dev/null |
+       grep -q "^backoff	$version-1	installed" &&
+     [ "$(limd "$work/tree-v/bin/backoff-delays-$v")" = "$LIMD" ] &&
+     [ "$(limd "$work/tree-v/bin/backoff-delays")" = "$LIMD" ] &&
+     got=$(eval "$(luarocks --lua-version $v path --tree "$work/tree-v")" &&
+       cd "$run" && lua$v -e 'io.write(require("backoff")._VERSION)') &&
+     [ "$got" = "backoff $version" ]; then
+    ok "luarocks --lua-version $v make rockspec/backoff-$version-1.rockspec installs backoff $version-1 (its _VERSION) and backoff-delays"
+  else not_ok "the versioned rockspec for $v"; show "$work/make-v$v.log"; fi
+done
 
 exit $failed
