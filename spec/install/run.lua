@@ -102,7 +102,7 @@ local searchpath = package.searchpath or function(name, path)  -- 5.1
   end
 end
 local b = require "backoff"
-local src = debug.getinfo(b.retry, "S").source
+local src = debug.getinfo(b.recommended, "S").source
 assert(src == "@" .. lmod .. "/backoff.lua", "backoff.lua from " .. src)
 local so = searchpath("backoff.core", package.cpath)
 assert(so == cmod .. "/backoff/core.so", "core.so from " .. tostring(so))
