@@ -88,7 +88,9 @@ function M.route()
     end,
   })
   if not res then
-    ngx.log(ngx.ERR, "gave up (", reason, "): ", err)
+    -- an expected outcome (the budget, the policy, the breaker said
+    -- no): a warning, not an error the operator must chase
+    ngx.log(ngx.WARN, "gave up (", reason, "): ", err)
     if last then                -- the upstream's own last answer
       ngx.status = last.status
       ngx.header["Retry-After"] = last.headers["Retry-After"]
