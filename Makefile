@@ -322,6 +322,7 @@ test: deps-test $(foreach v,$(LUA_VERSIONS),$(call MODULE,$(v)))
 	@$(SUITE) make-install $(MAKE) -s install-test
 	@$(SUITE) nginx-budgets timeout 120 lua5.4 spec/nginx/fleet_budget.lua $(CURDIR)
 	@$(SUITE) nginx-http timeout 120 lua5.4 spec/nginx/http.lua $(CURDIR)
+	@$(SUITE) nginx-hedge timeout 120 lua5.4 spec/nginx/hedge.lua $(CURDIR)
 	@$(SUITE) nginx-balancer timeout 300 lua5.4 spec/nginx/balancer.lua \
 	  $(CURDIR)
 	@$(SUITE) luarocks-make $(MAKE) -s rock-test
