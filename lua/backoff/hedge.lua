@@ -338,7 +338,11 @@ local function ended(st, c, r)
     failed_hard(st, c, took, nil, info)
   end
   g:failed(c.attempt, took)
-  observe(st, took, not info.status)
+  if info.status then
+    observe(st, took)
+  elseif info.timeout then
+    observe(st, took, true)
+  end
   st.last = info
   local hint = info.hint
   if hint and hint > st.max_hint then
