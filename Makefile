@@ -12,6 +12,8 @@
 #                        writes bench/results.md (LuaJIT and 5.4 only)
 #   make bench-nginx     worker CPU per request in a real nginx (wrk):
 #                        writes bench/results-nginx.md
+#   make bench-hedge     hedged requests against a slow tail in a real
+#                        nginx: writes bench/results-hedge.md
 #   make outage          retry storms: every budget kind against partial and
 #                        full outages and a brownout (build/outage-*.svg)
 #   make herd-reference  the herd re-run by an independent model (Python):
@@ -131,6 +133,8 @@ PKGS_test  := $(COMPILER) $(foreach v,$(LUA_VERSIONS),$(call lua_dev,$(v))) \
 PKGS_bench := $(call build_pkgs,5.4) $(call build_pkgs,luajit)
 PKGS_bench-nginx := $(call build_pkgs,luajit) lua5.4 lua-socket nginx \
               libnginx-mod-http-lua wrk
+PKGS_bench-hedge := $(call build_pkgs,luajit) lua5.4 lua-socket nginx \
+              libnginx-mod-http-lua
 PKGS_outage := $(call build_pkgs,luajit)
 PKGS_herd-reference := $(call build_pkgs,luajit) python3
 PKGS_ctest := $(COMPILER) libcmocka-dev
@@ -150,6 +154,7 @@ PKGS_lint  := lua-check
 
 # every target (`make lint` checks that `make help` lists them all)
 TARGETS := all demo test install uninstall print help bench bench-nginx \
+           bench-hedge \
            outage herd-reference ctest ctest-budget core-alone asan-busted \
            valgrind allocfail forged fuzz threads fresh-boot \
            busted-as-documented install-test docs-test rock-test lint clean \
@@ -390,6 +395,7 @@ test: deps-test $(foreach v,$(LUA_VERSIONS),$(call MODULE,$(v)))
 	@$(SUITE) docs-run $(MAKE) -s docs-test
 	@$(SUITE) nginx-budgets timeout 120 lua5.4 spec/nginx/fleet_budget.lua $(CURDIR)
 	@$(SUITE) nginx-http timeout 120 lua5.4 spec/nginx/http.lua $(CURDIR)
+	@$(SUITE) nginx-hedge timeout 120 lua5.4 spec/nginx/hedge.lua $(CURDIR)
 	@$(SUITE) nginx-balancer timeout 300 lua5.4 spec/nginx/balancer.lua \
 	  $(CURDIR)
 	@$(SUITE) luarocks-make $(MAKE) -s rock-test
@@ -567,6 +573,16 @@ bench-nginx: deps-bench-nginx $(call MODULE,luajit)
 	  "timeout 300 lua5.4 bench/nginx.lua $(CURDIR)"
 	@mv $(BUILD)/results-nginx.md bench/results-nginx.md
 	@echo "figures written to bench/results-nginx.md"
+
+# hedging against a slow tail: an upstream of 2 ms with a seeded 5% at
+# 200 ms, then one slow for everyone; p50, p99, p99.9 of an open-loop
+# load and the upstream's extra requests (two nginx on 127.0.0.1)
+bench-hedge: deps-bench-hedge $(call MODULE,luajit)
+	@$(RECORD) start $(BUILD)/results-hedge.md "make bench-hedge"
+	@$(RECORD) run $(BUILD)/results-hedge.md "Hedged requests in a real nginx" \
+	  "timeout 600 lua5.4 bench/hedge.lua $(CURDIR)"
+	@mv $(BUILD)/results-hedge.md bench/results-hedge.md
+	@echo "figures written to bench/results-hedge.md"
 
 # the herd again, by bench/herd_reference.py: the blog's model written
 # independently in Python, compared figure by figure with herd.lua's CSV

@@ -226,7 +226,9 @@ describe("backoff.retry's metrics", function()
     backoff.retry(p, flaky(w, 5), { metrics = m, sleep = w.sleep })
     assert.same({ attempts = 5, retries = 3, successes = 1,
       successes_after_retry = 1, budget_refusals = 0, hints_honoured = 0,
-      giveups = { max_attempts = 1 } }, m:counts())
+      hedges = 0, hedges_won = 0, hedges_cancelled = 0,
+      hedge_budget_refusals = 0, giveups = { max_attempts = 1 } },
+      m:counts())
   end)
 end)
 

@@ -36,7 +36,8 @@ end
 
 local ZERO = { attempts = 0, retries = 0, successes = 0,
   successes_after_retry = 0, budget_refusals = 0, hints_honoured = 0,
-  giveups = {} }
+  hedges = 0, hedges_won = 0, hedges_cancelled = 0,
+  hedge_budget_refusals = 0, giveups = {} }
 
 describe("backoff.metrics", function()
   before_each(function() metrics.reset() end)
@@ -53,7 +54,9 @@ describe("backoff.metrics", function()
         m:run(false, 0, "max_actual_duration")
         assert.same({ attempts = 10, retries = 6, successes = 2,
           successes_after_retry = 1, budget_refusals = 1,
-          hints_honoured = 3, giveups = { max_attempts = 1, budget = 1,
+          hints_honoured = 3, hedges = 0, hedges_won = 0,
+          hedges_cancelled = 0, hedge_budget_refusals = 0,
+          giveups = { max_attempts = 1, budget = 1,
           max_actual_duration = 1 } }, m:counts())
       end)
 
@@ -247,6 +250,14 @@ backoff_budget_refusals_total{name="a"} 1
 # HELP backoff_hints_honoured_total Retries that waited for a server's hint (Retry-After, RateLimit-Reset).
 # TYPE backoff_hints_honoured_total counter
 backoff_hints_honoured_total{name="users_api"} 1
+# HELP backoff_hedges_total Hedges started: copies of a request sent while another was in flight.
+# TYPE backoff_hedges_total counter
+# HELP backoff_hedges_won_total Requests answered by a hedge.
+# TYPE backoff_hedges_won_total counter
+# HELP backoff_hedges_cancelled_total Copies of hedged requests cancelled once another answered.
+# TYPE backoff_hedges_cancelled_total counter
+# HELP backoff_hedge_budget_refusals_total Hedges refused by a retry budget (hedging then stopped for the request).
+# TYPE backoff_hedge_budget_refusals_total counter
 ]]
       -- luacheck: pop
       assert.equal(expect, text)

@@ -525,6 +525,8 @@ describe("backoff.balancer", function()
       balancer.done(opts)
       assert.same({ attempts = 10, retries = 4, successes = 2,
         successes_after_retry = 1, budget_refusals = 0, hints_honoured = 0,
+        hedges = 0, hedges_won = 0, hedges_cancelled = 0,
+        hedge_budget_refusals = 0,
         giveups = { max_attempts = 1, next_upstream = 1,
                     next_upstream_tries = 1 } }, m:counts())
     end)

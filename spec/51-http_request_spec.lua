@@ -291,7 +291,9 @@ describe("backoff.http.request", function()
       request(p, upstream { { res(404) } }.fn, { metrics = m })
       assert.same({ attempts = 4, retries = 1, successes = 2,
         successes_after_retry = 1, budget_refusals = 0, hints_honoured = 1,
-        giveups = { not_idempotent = 1 } }, m:counts())
+        hedges = 0, hedges_won = 0, hedges_cancelled = 0,
+        hedge_budget_refusals = 0, giveups = { not_idempotent = 1 } },
+        m:counts())
     end)
 
     it("passes a budget on to the runner", function()

@@ -18,6 +18,13 @@
 --   giveups                runs given up; label reason="max_attempts", ...
 --   budget_refusals        retries a retry budget refused
 --   hints_honoured         retries that waited for a server's hint
+-- and backoff.hedge's (a hedge: a copy of a request started while
+-- another was in flight, after the hedging delay):
+--   hedges                 hedges started
+--   hedges_won             requests answered by a hedge
+--   hedges_cancelled       copies cancelled once another answered
+--   hedge_budget_refusals  hedges a retry budget refused (hedging then
+--                          stops for that request)
 --
 -- Storage: inside nginx, a lua_shared_dict (option `shared`), so that
 -- every worker adds to the same counters and /metrics shows them all,
@@ -43,6 +50,8 @@ local M = {}
 local COUNTERS = {
   "attempts", "retries", "successes", "successes_after_retry", "giveups",
   "budget_refusals", "hints_honoured",
+  -- backoff.hedge's
+  "hedges", "hedges_won", "hedges_cancelled", "hedge_budget_refusals",
 }
 local HELP = {
   attempts = "Attempts made, first attempts and retries.",
@@ -54,6 +63,15 @@ local HELP = {
   budget_refusals = "Retries refused by a retry budget.",
   hints_honoured =
     "Retries that waited for a server's hint (Retry-After, RateLimit-Reset).",
+  -- backoff.hedge's
+  hedges = "Hedges started: copies of a request sent while another was "
+    .. "in flight.",
+  hedges_won = "Requests answered by a hedge.",
+  hedges_cancelled =
+    "Copies of hedged requests cancelled once another answered.",
+  hedge_budget_refusals =
+    "Hedges refused by a retry budget (hedging then stopped for the "
+    .. "request).",
 }
 local KNOWN = {}
 for _, c in ipairs(COUNTERS) do KNOWN[c] = true end

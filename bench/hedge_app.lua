@@ -1,0 +1,207 @@
+-- The OpenResty side of bench/hedge.lua (make bench-hedge): the
+-- upstream, the front's three routes, and the load generator.
+-- luacheck: globals ngx
+local backoff = require "backoff"
+local budget = require "backoff.budget"
+local hedge = require "backoff.hedge"
+local metrics = require "backoff.metrics"
+
+local app = {}
+
+local floor = math.floor
+local SEED = "backoff-hedge-bench-1"
+
+------------------------------------------------------------------------
+-- the upstream
+
+local S                     -- the settings: up, delay, percentile, ...
+
+-- a copy is slow when the hash of (seed, request, copy) falls in the
+-- lowest share (5%): the same requests are slow on every run and every
+-- route, and a request's copies draw apart
+local function slow(seq, a)
+  return ngx.crc32_long(SEED .. ":" .. seq .. ":" .. a) / 4294967296
+         < S.share
+end
+
+function app.up()
+  local seq, a = ngx.var.arg_seq, ngx.var.arg_a
+  local wait = S.fast
+  if ngx.var.arg_mode == "slow" or slow(seq, a) then wait = S.slow end
+  ngx.sleep(wait)
+  ngx.header["Content-Length"] = 3
+  ngx.print("ok\n")
+end
+
+------------------------------------------------------------------------
+-- the front
+
+local policy
+local estimators, budgets, recorders = {}, {}, {}
+
+function app.init(settings)
+  S = settings
+  policy = backoff.constant { delay = 0, max_attempts = 3 }
+end
+
+-- one estimator per run mode, one budget per run and route (fresh: a
+-- run does not spend what another earned)
+local function estimator(mode)
+  local e = estimators[mode]
+  if not e then
+    e = hedge.latency { shared = ngx.shared.hedge, key = "lat:" .. mode,
+      percentile = S.percentile, min_delay = S.min_delay,
+      max_delay = S.max_delay }
+    estimators[mode] = e
+  end
+  return e
+end
+
+local function budget_of(tag, route)
+  local k = tag .. ":" .. route
+  local b = budgets[k]
+  if not b then
+    b = budget.ratio { shared = ngx.shared.hedge_budget, key = k,
+      percent = S.percent, min_per_second = 0, ttl = 10 }
+    budgets[k] = b
+  end
+  return b
+end
+
+local function recorder(route)
+  local m = recorders[route]
+  if not m then
+    m = metrics.new(route, { shared = ngx.shared.metrics })
+    recorders[route] = m
+  end
+  return m
+end
+
+-- one copy: GET /up over a pooled cosocket, the whole answer read
+local function fetch(path, t, cancel)
+  local sock = cancel:on_cancel(ngx.socket.tcp())
+  if t then
+    sock:settimeouts(t.connect, t.send, t.read)
+  else
+    sock:settimeouts(2000, 2000, 2000)
+  end
+  local ok, err = sock:connect("127.0.0.1", S.up)
+  if not ok then return nil, err, "connect" end
+  ok, err = sock:send("GET " .. path .. " HTTP/1.1\r\nHost: up\r\n\r\n")
+  if not ok then sock:close() return nil, err, "send" end
+  local line
+  line, err = sock:receive("*l")
+  if not line then sock:close() return nil, err, "read" end
+  local status = tonumber(line:match("^HTTP/%d%.%d (%d+)"))
+  local length = 0
+  while true do
+    line, err = sock:receive("*l")
+    if not line then sock:close() return nil, err, "read" end
+    if line == "" then break end
+    local n = line:match("^[Cc]ontent%-[Ll]ength:%s*(%d+)")
+    if n then length = tonumber(n) end
+  end
+  local body
+  body, err = sock:receive(length)
+  if not body then sock:close() return nil, err, "read" end
+  sock:setkeepalive(30000, 1024)
+  return status
+end
+
+-- a cancel token that is never cancelled, for the unhedged route
+local never = { cancelled = false }
+function never.on_cancel(_, x) return x end
+
+function app.route(route)
+  local seq, mode, tag = ngx.var.arg_seq, ngx.var.arg_mode, ngx.var.arg_tag
+  local base = ("/up?seq=%s&mode=%s&tag=%s&route=%s&a="):format(seq, mode,
+                                                               tag, route)
+  local function do_request(a, t, cancel)
+    return fetch(base .. a, t, cancel)
+  end
+  local status, err
+  if route == "none" then
+    status, err = do_request(1, nil, never)
+  else
+    status, err = hedge.request(policy, do_request, { method = "GET",
+      delay = route == "fixed" and S.delay or estimator(mode),
+      budget = budget_of(tag, route), metrics = recorder(route) })
+  end
+  if status ~= 200 then
+    ngx.status = 502
+    ngx.say(tostring(err))
+    return
+  end
+  ngx.header["Content-Length"] = 3
+  ngx.print("ok\n")
+end
+
+------------------------------------------------------------------------
+-- the load generator
+
+local FRONT
+function app.init_load(front) FRONT = front end
+
+local now = backoff.now
+
+-- one request to the front over a pooled connection: true if a 200
+local function call(path)
+  local sock = ngx.socket.tcp()
+  sock:settimeouts(5000, 5000, 5000)
+  local ok = sock:connect("127.0.0.1", FRONT)
+  if not ok then return false end
+  ok = sock:send("GET " .. path .. " HTTP/1.1\r\nHost: front\r\n\r\n")
+  if not ok then sock:close() return false end
+  local line = sock:receive("*l")
+  if not line then sock:close() return false end
+  local status = tonumber(line:match("^HTTP/%d%.%d (%d+)"))
+  local length = 0
+  while true do
+    local h = sock:receive("*l")
+    if not h then sock:close() return false end
+    if h == "" then break end
+    local n = h:match("^[Cc]ontent%-[Ll]ength:%s*(%d+)")
+    if n then length = tonumber(n) end
+  end
+  if not sock:receive(length) then sock:close() return false end
+  sock:setkeepalive(30000, 2048)
+  return status == 200
+end
+
+local function percentile(sorted, p)
+  local i = math.ceil(#sorted * p / 100)
+  if i < 1 then i = 1 end
+  return sorted[i]
+end
+
+-- /load?route=R&mode=M&tag=T&rate=N&seconds=S&seq0=K: rate x seconds
+-- requests, the i-th due at start + (i - 1) / rate, each measured from
+-- when it was due to when its answer was read
+function app.load()
+  local q = ngx.req.get_uri_args()
+  local rate, seconds = tonumber(q.rate), tonumber(q.seconds)
+  local n, seq0 = floor(rate * seconds), tonumber(q.seq0) or 0
+  local path = ("/r/%s?mode=%s&tag=%s&seq="):format(q.route, q.mode, q.tag)
+  local lat, threads, errors = {}, {}, 0
+  local t0 = now()
+  local function one(i, due)
+    if not call(path .. (seq0 + i)) then errors = errors + 1 end
+    lat[i] = now() - due
+  end
+  for i = 1, n do
+    local due = t0 + (i - 1) / rate
+    local d = due - now()
+    if d >= 0.001 then ngx.sleep(d) end
+    threads[i] = ngx.thread.spawn(one, i, due)
+  end
+  for i = 1, n do ngx.thread.wait(threads[i]) end
+  local took = now() - t0
+  table.sort(lat)
+  local sum = 0
+  for i = 1, n do sum = sum + lat[i] end
+  ngx.say(("n=%d errors=%d seconds=%.3f p50=%.6f p99=%.6f p999=%.6f "
+    .. "max=%.6f mean=%.6f"):format(n, errors, took, percentile(lat, 50),
+    percentile(lat, 99), percentile(lat, 99.9), lat[n], sum / n))
+end
+
+return app

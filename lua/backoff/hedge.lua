@@ -1,0 +1,457 @@
+-- backoff.hedge: hedged requests for OpenResty.  A request that has not
+-- answered within the hedging delay is sent again, up to the policy's
+-- max_attempts copies; the first answer wins and the other copies are
+-- cancelled at once (their light threads killed, their connections
+-- closed).  doc/hedge.md is the reference.
+--
+--   local hedge = require "backoff.hedge"
+--   local res, err, reason = hedge.request(policy, function(attempt, t,
+--                                                           cancel)
+--     local sock = cancel:on_cancel(ngx.socket.tcp())
+--     ...                      -- connect, send, read: return res
+--   end, { method = "GET", delay = lat, budget = hedges_budget })
+--
+-- The rules (backoff.http's, so a hedge is never what a retry would not
+-- be):
+--   * only an idempotent request is hedged (http.idempotent: the
+--     method, or an Idempotency-Key); any other runs unhedged, one copy
+--     at a time, another only after a failure that certainly did not
+--     reach the server;
+--   * a response whose status is not retryable ends the request (it
+--     is returned as it came); a retryable status or a transport error
+--     lets another copy start at once (after the server's hint, if it
+--     gave one; a hint over max_hint starts none);
+--   * every copy after the first is paid to the budget as a retry, and
+--     asks the breaker and the policy (max_attempts, the deadline): a
+--     refusal ends hedging for the request (gate.lua: the one place
+--     these rules are applied);
+--   * copies run in light threads: only where nginx can spawn them.
+
+local http = require "backoff.http"
+local util = require "backoff.util"
+local gate_mod = require "backoff.hedge.gate"
+local latency = require "backoff.hedge.latency"
+local options = require "backoff.hedge.options"
+
+local repr = require("backoff.core")._repr
+
+local error, floor, getmetatable, pcall, rawget, select, setmetatable,
+      type = error, math.floor, getmetatable, pcall, rawget, select,
+      setmetatable, type
+local unpack = table.unpack or unpack       -- luacheck: ignore
+local huge = math.huge
+local callable, has_method = util.callable, util.has_method
+local is_timeout = require("backoff.budget").is_timeout
+
+local M = {}
+
+local WHO = "backoff.hedge.request"
+
+-- pcall that lets f yield: LuaJIT's and 5.2+'s do; PUC 5.1's does not
+-- (only the specs' fake nginx runs hedging there): f then runs in a
+-- coroutine of its own whose yields are passed on
+local ypcall = pcall
+if _VERSION == "Lua 5.1" and not rawget(_G, "jit") then
+  local create, resume, status, yield =
+        coroutine.create, coroutine.resume, coroutine.status,
+        coroutine.yield
+  local function step(co, ok, ...)
+    if not ok then return false, (...) end
+    if status(co) == "dead" then return true, ... end
+    return step(co, resume(co, yield(...)))
+  end
+  ypcall = function(f, ...)
+    local co = create(function(...) return f(...) end)
+    return step(co, resume(co, ...))
+  end
+end
+
+------------------------------------------------------------------------
+-- the cancel token each copy gets: cancel.cancelled (a field to poll),
+-- cancel:on_cancel(x) (x closed, or called, when the copy is cancelled)
+
+local Token = { __name = "backoff.hedge.cancel" }
+Token.__index = Token
+
+local function close(x)
+  if type(x) == "function" then return pcall(x) end
+  return pcall(x.close, x)
+end
+
+--- cancel:on_cancel(x) -> x: x (a cosocket, a lua-resty-http client:
+-- anything with a close method; or a function) is closed (called) if
+-- the copy is cancelled; at once when it already is
+function Token:on_cancel(x)
+  if getmetatable(self) ~= Token then
+    error("calling 'on_cancel' on bad self (a hedge's cancel token "
+          .. "expected, got " .. type(self) .. ")", 2)
+  end
+  if type(x) ~= "function" and not has_method(x, "close") then
+    error("bad argument #1 to 'on_cancel' (a socket, a client with a "
+          .. "close method or a function expected, got " .. repr(x) .. ")",
+          2)
+  end
+  if self.cancelled then
+    close(x)
+  else
+    local list = self.list
+    list[#list + 1] = x
+  end
+  return x
+end
+
+local function new_token(attempt)
+  return setmetatable({ cancelled = false, attempt = attempt, list = {} },
+                      Token)
+end
+
+------------------------------------------------------------------------
+-- one copy's results, judged by backoff.http's rules
+
+local function pack(...) return { n = select("#", ...), ... } end
+
+local function read_status(r1)
+  local hs = r1.headers
+  if hs == nil then hs = r1.header end      -- ngx.location.capture
+  return r1.status, hs
+end
+
+-- do_request's results r from index i: the status and the headers of
+-- a response; or nil, the verdict and what goes with it
+local function response_of(r, i)
+  local r1 = r[i]
+  local t = type(r1)
+  if t == "table" then
+    local ok, s, h = pcall(read_status, r1)
+    if ok and type(s) == "number" then return s, h end
+    return nil, "bad", "do_request returned a table without a numeric "
+      .. "'status' (got " .. repr(ok and s or nil) .. ")"
+  elseif t == "number" then
+    return r1, r[i + 1]
+  elseif r1 == nil or r1 == false then
+    local err, stage = r[i + 1], r[i + 2]
+    if stage ~= nil and type(stage) ~= "string" then stage = nil end
+    return nil, "failure", { err = err, timeout = is_timeout(err),
+                             sent = not http.not_sent(err, stage) }
+  end
+  return nil, "bad", "do_request must return a response (a table with a "
+    .. "status), a status number, or nil and an error (got " .. repr(r1)
+    .. ")"
+end
+
+-- r: pack(pcall(do_request, ...)), from index i.  Returns "answer";
+-- or "failure", { err, status, res, hint, sent, timeout }; or "bad",
+-- the message
+local function judge(o, r, i)
+  local status, headers, info = response_of(r, i)
+  if not status then return headers, info end
+  if status ~= floor(status) or status < 100 or status > 999 then
+    return "bad", "do_request returned a bad status " .. repr(status)
+  end
+  if not o.statuses[status] then return "answer" end
+  if type(headers) ~= "table" then headers = nil end
+  return "failure", { err = "HTTP " .. status, status = status,
+    res = r[i], sent = true, hint = headers and http.hint(headers, status) }
+end
+
+------------------------------------------------------------------------
+-- the end of a request
+
+local function give_up(st, f, reason)
+  local g, o = st.gate, st.o
+  g:finish(false, reason, st.hints)
+  local err, res = f and f.err, f and f.res
+  if o.on_giveup then o.on_giveup(err, reason, g:attempts(), res) end
+  return nil, err, reason, res
+end
+
+-- what a copy's latency teaches the estimator: an answer's (a retryable
+-- status included) always; a copy cut short (cancelled, timed out) only
+-- when it ran at least the delay: it lasted longer than it ran, so it
+-- counts above an estimate at most that long, and shorter it says
+-- nothing
+local function observe(st, seconds, censored)
+  local est = st.o.estimator
+  if est and (not censored or seconds >= st.delay) then
+    est:observe(seconds < 0 and 0 or seconds)
+  end
+end
+
+-- the try's timeouts for do_request, from the gate's seconds
+local function timeouts_of(st, t)
+  if t == nil then return nil end
+  return http.timeouts(t, st.o.timeouts)
+end
+
+------------------------------------------------------------------------
+-- the copies' ends: cancelled, or the answer
+
+-- cancel copy c: its thread killed first (a cosocket waiting in it is
+-- closed by nginx; close() would say "socket busy"), then what it
+-- registered closed
+local function cancel(st, c)
+  local tok = c.token
+  tok.cancelled = true
+  st.ngx.thread.kill(c.thread)
+  local list = tok.list
+  for i = 1, #list do close(list[i]) end
+  st.gate:cancelled(c.attempt)
+  observe(st, st.gate:now() - c.t0, true)
+end
+
+local function cancel_all(st)
+  local live = st.live
+  for i = #live, 1, -1 do
+    local c = live[i]
+    live[i] = nil
+    cancel(st, c)
+  end
+end
+
+-- copy c answered (r from index i): told first, then the others
+-- cancelled, then the run counted
+local function answered(st, c, r, i)
+  local g = st.gate
+  g:won(c.attempt, g:now() - c.t0, c.kind)
+  cancel_all(st)
+  g:finish(true, nil, st.hints)
+  return unpack(r, i, r.n)
+end
+
+local function remove(live, c)
+  for i = 1, #live do
+    if live[i] == c then table.remove(live, i) return end
+  end
+end
+
+-- the request ends with an error: do_request raised (err, passed on as
+-- it came) or returned something of the wrong shape (a message)
+local function failed_hard(st, c, took, err, message)
+  local g = st.gate
+  g:failed(c.attempt, took)
+  cancel_all(st)
+  g:finish(false, "error", st.hints)
+  if message then error(WHO .. ": " .. message, 0) end
+  error(err, 0)
+end
+
+------------------------------------------------------------------------
+-- unhedged: one copy at a time, in the caller's coroutine (the cancel
+-- token it gets is never cancelled)
+
+local function run_alone(st)
+  local g, o = st.gate, st.o
+  local attempt, kind, f = 1, "first", nil
+  while true do
+    local ok, t = g:start(attempt, kind)
+    if not ok then return give_up(st, f, t) end
+    if attempt > 1 and o.on_hedge then o.on_hedge(f.err, attempt, f.res) end
+    local t0 = g:now()
+    local r = pack(ypcall(st.do_request, attempt, timeouts_of(st, t),
+                          new_token(attempt)))
+    local took = g:now() - t0
+    local c = { attempt = attempt, t0 = t0, kind = kind }
+    if not r[1] then failed_hard(st, c, took, r[2]) end
+    local verdict, info = judge(o, r, 2)
+    if verdict == "answer" then
+      observe(st, took)
+      return answered(st, c, r, 2)
+    elseif verdict == "bad" then
+      failed_hard(st, c, took, nil, info)
+    end
+    f = info
+    g:failed(attempt, took)
+    if f.status then observe(st, took) end
+    if f.sent then return give_up(st, f, "not_idempotent") end
+    attempt, kind = attempt + 1, "retry"
+  end
+end
+
+------------------------------------------------------------------------
+-- hedged: each copy in a light thread
+
+local SLEPT = {}                 -- what the sleeper thread returns
+
+local function sleeper(ngx, seconds)
+  ngx.sleep(seconds < 0.001 and 0.001 or seconds)
+  return SLEPT
+end
+
+-- a copy's thread: the copy, then pcall's results
+local function copy_main(st, c, t)
+  return c, ypcall(st.do_request, c.attempt, t, c.token)
+end
+
+-- start the next copy: true, or false with st.stopped set
+local function start(st, kind, f)
+  local g = st.gate
+  local attempt = g:attempts() + 1
+  local hint = f and f.hint
+  local ok, t = g:start(attempt, kind, hint)
+  if not ok then
+    st.stopped = t
+    return false
+  end
+  if hint and hint > 0 then st.hints = st.hints + 1 end
+  local c = { attempt = attempt, kind = kind, token = new_token(attempt),
+              t0 = g:now() }
+  local live = st.live
+  live[#live + 1] = c
+  c.thread = st.ngx.thread.spawn(copy_main, st, c, timeouts_of(st, t))
+  local on_hedge = st.o.on_hedge
+  if attempt > 1 and on_hedge then
+    on_hedge(f and f.err, attempt, f and f.res)
+  end
+  return true
+end
+
+-- wait for the first copy to end, or `seconds` (nil: no limit):
+-- pack(thread_wait's results) without its first
+local function wait_first(st, seconds)
+  local ngx, live = st.ngx, st.live
+  local list, n = {}, #live
+  for i = 1, n do list[i] = live[i].thread end
+  local nap
+  if seconds then
+    nap = ngx.thread.spawn(sleeper, ngx, seconds)
+    n = n + 1
+    list[n] = nap
+  end
+  local r = pack(ngx.thread.wait(unpack(list, 1, n)))
+  if nap and r[2] ~= SLEPT then ngx.thread.kill(nap) end
+  if not r[1] then error(r[2], 0) end    -- never: neither thread raises
+  return r
+end
+
+-- a copy ended with r (pack(true, c, pcall ok, results...)): the
+-- request's results, or nothing to go on
+local function ended(st, c, r)
+  local g, o = st.gate, st.o
+  remove(st.live, c)
+  local took = g:now() - c.t0
+  if not r[3] then failed_hard(st, c, took, r[4]) end
+  local verdict, info = judge(o, r, 4)
+  if verdict == "answer" then
+    observe(st, took)
+    return true, answered(st, c, r, 4)
+  elseif verdict == "bad" then
+    failed_hard(st, c, took, nil, info)
+  end
+  g:failed(c.attempt, took)
+  if info.status then
+    observe(st, took)
+  elseif info.timeout then
+    observe(st, took, true)
+  end
+  st.last = info
+  local hint = info.hint
+  if hint and hint > st.max_hint then
+    st.stopped = "retry_after"
+  elseif hint and g.deadline and g:now() + hint >= g.deadline then
+    st.stopped = "max_actual_duration"
+  elseif not st.stopped then
+    -- another copy at once (after the hint): the failed one's place
+    st.next = { at = g:now() + (hint or 0), kind = "retry", f = info }
+  end
+  return false
+end
+
+-- the next start planned, if it may still happen
+local function planned(st)
+  local nx = st.next
+  if nx and (st.stopped or st.gate:attempts() >= st.limits.attempts) then
+    st.next, nx = nil, nil
+  end
+  return nx
+end
+
+-- wait for the first copy to end, the next start (nx) or the deadline:
+-- true and the request's results, or false (nothing to return yet)
+local function await(st, nx, now)
+  local g = st.gate
+  local wait = nx and nx.at - now
+  local deadline = g.deadline
+  if deadline and not (wait and wait < deadline - now) then
+    wait = deadline - now
+  end
+  local r = wait_first(st, wait)
+  local c = r[2]
+  if c ~= SLEPT then return ended(st, c, r) end
+  if deadline and g:now() >= deadline then
+    cancel_all(st)
+    return true, give_up(st, st.last or { err = "timeout" },
+                         "max_actual_duration")
+  end
+  return false
+end
+
+-- the loop: start the copy that is due, else wait
+local function hedged(st)
+  local g = st.gate
+  if not start(st, "first") then return give_up(st, nil, st.stopped) end
+  if st.limits.attempts > 1 then
+    st.next = { at = g:now() + st.delay, kind = "hedge" }
+  end
+  while true do
+    local nx, now = planned(st), g:now()
+    if nx and now >= nx.at then
+      st.next = nil
+      if start(st, nx.kind, nx.f) then
+        st.next = { at = g:now() + st.delay, kind = "hedge" }
+      end
+    elseif not nx and #st.live == 0 then
+      return give_up(st, st.last, st.stopped or "max_attempts")
+    else
+      local done = pack(await(st, nx, now))
+      if done[1] then return unpack(done, 2, done.n) end
+    end
+  end
+end
+
+------------------------------------------------------------------------
+-- the door
+
+local function setup(policy, opts)
+  local o = options.compile(opts)
+  local p = options.policy_of(policy)
+  return o, p, options.limits_of(p)
+end
+
+--- request(policy, do_request, opts) -> the winning copy's results, as
+-- do_request returned them | nil, err, reason, res
+function M.request(policy, do_request, opts)
+  if not callable(do_request) then
+    error("bad argument #2 to 'request' (a function expected for "
+          .. "'do_request', got " .. type(do_request) .. ")", 2)
+  end
+  local ok, o, p, limits = pcall(setup, policy, opts)
+  if not ok then error(o, 2) end
+  local ngx_ok, ngx = pcall(options.threads)
+  if not ngx_ok then error(ngx, 2) end
+  local st = { o = o, do_request = do_request, limits = limits,
+    gate = gate_mod.new(p, limits, o), ngx = ngx, live = {}, hints = 0,
+    max_hint = o.max_hint }
+  if limits.max_hint and limits.max_hint < o.max_hint then
+    st.max_hint = limits.max_hint
+  end
+  if not o.idem then return run_alone(st) end
+  local d = o.estimator and o.estimator:delay() or o.delay
+  if type(d) ~= "number" or not (d >= 0 and d < huge) then
+    error(WHO .. ": the estimator's delay() must return a number of "
+          .. "seconds >= 0 (got " .. repr(d) .. ")", 2)
+  end
+  st.delay = d
+  local fine, r = ypcall(function() return pack(hedged(st)) end)
+  if not fine then
+    cancel_all(st)
+    error(r, 0)
+  end
+  return unpack(r, 1, r.n)
+end
+
+--- latency(opts) -> an estimator of the hedging delay (latency.lua)
+function M.latency(opts)
+  return (latency.new(opts, 3))
+end
+
+return M

@@ -1,0 +1,285 @@
+-- backoff.hedge.latency: the hedging delay from an upstream's recent
+-- latency, kept per key in an ngx.shared dict (or in this Lua state).
+-- doc/hedge.md is the reference.
+--
+--   local lat = hedge.latency { shared = ngx.shared.hedge, key = "api" }
+--   lat:observe(0.0023)        -- what backoff.hedge does for every copy
+--   lat:delay()                -- -> seconds: the percentile, bounded
+--
+-- The estimator: a histogram of latencies in buckets of a quarter
+-- octave (each bucket's upper edge 2^(1/4), 19% above its lower one),
+-- from 0.5 ms to 131 s (the first and the last bucket also hold what is
+-- below or above), counted per time slice: a span (10 s) is 5 slices of
+-- span / 5, numbered from the clock (floor(now / slice)), and a count
+-- expires when its slice has left the span.  delay() is the upper edge
+-- of the bucket holding the `percentile`-th latency of the span (an
+-- estimate never below the true percentile, at most 19% above it),
+-- bounded by min_delay and max_delay; max_delay while the span holds
+-- fewer than min_samples latencies.
+--
+-- Shared by the workers with no lock: each latency is one dict:incr of
+-- its slice's bucket (init 0, expiring after span + one slice).  Each
+-- worker reads the histogram at most every slice / 8 seconds and keeps
+-- the delay meanwhile: the slices before the last are summed once per
+-- slice (no one writes them any more), the last and the current are
+-- read afresh.  Every worker must read the same clock (ngx.now, the
+-- default inside nginx); a clock that goes back counts as no time
+-- passed.  A full dict loses counts (said once in the error log): a
+-- smaller histogram, the same rule.
+
+local C = require "backoff.budget.common"
+local core = require "backoff.core"
+
+local error, floor, getmetatable, log, rawget, setmetatable, type =
+      error, math.floor, getmetatable, math.log, rawget, setmetatable, type
+local huge = math.huge
+local repr = core._repr
+
+local CTOR = "backoff.hedge.latency"
+local SLICES = 5                 -- a span is 5 slices
+local PER_OCTAVE = 4
+local BASE = 0.0005              -- the first bucket's upper edge / 2^(1/4)
+local BUCKETS = 72               -- 18 octaves: 0.5 ms to 131 s
+local SCALE = PER_OCTAVE / log(2)
+
+-- the bucket of a latency (seconds >= 0)
+local function bucket(s)
+  if s <= BASE then return 0 end
+  local i = floor(log(s / BASE) * SCALE)
+  if i >= BUCKETS then return BUCKETS - 1 end
+  return i
+end
+
+-- the upper edge of bucket i
+local function edge(i)
+  return BASE * 2 ^ ((i + 1) / PER_OCTAVE)
+end
+
+local Latency = { __name = CTOR }
+Latency.__index = Latency
+
+local function check(self, method)
+  if getmetatable(self) ~= Latency then
+    error(("calling '%s' on bad self (%s expected, got %s)"):format(method,
+          CTOR, type(self)), 3)
+  end
+end
+
+------------------------------------------------------------------------
+-- the histogram's storage: a slice's bucket counts
+
+-- the slice of now, never before the last one seen
+local function slice_now(self)
+  local now = self.clock()
+  if type(now) ~= "number" or now ~= now or now == huge or now == -huge then
+    error(CTOR .. ": option 'clock' must return a finite number (got "
+          .. repr(now) .. ")", 4)
+  end
+  local i = floor(now / self.len)
+  local last = self.last
+  if last and i < last then return last end
+  self.last = i
+  return i
+end
+
+local function dict_key(self, slice, b)
+  return self.dkey .. ("%.0f:%d"):format(slice, b)
+end
+
+-- the count of bucket b in slice i (missing, expired or foreign: 0)
+local function get(self, i, b)
+  if self.dict then
+    local v = self.dict:get(dict_key(self, i, b))
+    if type(v) ~= "number" or v ~= floor(v) or v < 0 or v >= 2 ^ 53 then
+      return 0
+    end
+    return v
+  end
+  local s = self.ring[i % SLICES]
+  if s and s.tag == i then return s[b] or 0 end
+  return 0
+end
+
+local function put(self, i, b)
+  local dict = self.dict
+  if dict then
+    local ok, err = dict:incr(dict_key(self, i, b), 1, 0, self.ttl)
+    if not ok and not self.warned then
+      self.warned = true
+      local ngx = rawget(_G, "ngx")
+      if type(ngx) == "table" and ngx.log then
+        ngx.log(ngx.WARN, CTOR, ": latencies lost for '", self.key, "': ",
+                err, " (make the lua_shared_dict larger)")
+      end
+    end
+    return
+  end
+  local j = i % SLICES
+  local s = self.ring[j]
+  if not s or s.tag ~= i then
+    s = { tag = i }
+    self.ring[j] = s
+  end
+  s[b] = (s[b] or 0) + 1
+end
+
+------------------------------------------------------------------------
+-- the estimate
+
+-- the counts of the span now, per bucket, and their sum
+local function histogram(self, i)
+  if self.old_for ~= i then          -- the slices before the last
+    local old = {}
+    for b = 0, BUCKETS - 1 do
+      local c = 0
+      for j = i - SLICES + 1, i - 2 do c = c + get(self, j, b) end
+      old[b] = c
+    end
+    self.old, self.old_for = old, i
+  end
+  local old, h, n = self.old, {}, 0
+  for b = 0, BUCKETS - 1 do
+    local c = old[b] + get(self, i - 1, b) + get(self, i, b)
+    h[b], n = c, n + c
+  end
+  return h, n
+end
+
+-- the delay now, read afresh
+local function estimate(self, i)
+  local h, n = histogram(self, i)
+  self.n = n
+  if n < self.min_samples then return self.max_delay end
+  local want = n * self.percentile / 100
+  local sum = 0
+  local d = edge(BUCKETS - 1)
+  for b = 0, BUCKETS - 1 do
+    sum = sum + h[b]
+    if sum >= want then d = edge(b) break end
+  end
+  if d < self.min_delay then return self.min_delay end
+  if d > self.max_delay then return self.max_delay end
+  return d
+end
+
+--- lat:delay() -> seconds: the hedging delay now
+function Latency:delay()
+  check(self, "delay")
+  local now = self.clock()
+  local due = self.due
+  -- kept until due, unless it was cold and this worker alone has taught
+  -- it enough since
+  if due and now < due and now >= due - self.refresh
+     and not (self.n < self.min_samples
+              and self.n + self.fresh >= self.min_samples) then
+    return self.cached
+  end
+  local d = estimate(self, slice_now(self))
+  self.cached, self.due, self.fresh = d, now + self.refresh, 0
+  return d
+end
+
+--- lat:observe(seconds): one latency seen (a copy's, from its start to
+-- its answer; a copy cancelled or timed out: the time it ran, a lower
+-- bound that keeps the percentile honest)
+function Latency:observe(seconds)
+  check(self, "observe")
+  if type(seconds) ~= "number" or not (seconds >= 0 and seconds < huge) then
+    error("bad argument #1 to 'observe' (a finite number of seconds >= 0 "
+          .. "expected, got " .. repr(seconds) .. ")", 2)
+  end
+  put(self, slice_now(self), bucket(seconds))
+  self.fresh = self.fresh + 1
+end
+
+--- lat:samples() -> the latencies the span holds now (read afresh)
+function Latency:samples()
+  check(self, "samples")
+  local _, n = histogram(self, slice_now(self))
+  return n
+end
+
+function Latency:__tostring()
+  check(self, "__tostring")
+  return ("%s: p%s of %s s, within [%s, %s] s%s"):format(CTOR,
+    C.num(self.percentile), C.num(self.span), repr(self.min_delay),
+    repr(self.max_delay),
+    self.dict and (", shared " .. repr(self.key)) or "")
+end
+
+------------------------------------------------------------------------
+-- the constructor
+
+local RULES = {
+  percentile = C.number_rule(90, 0, 100, true,
+    "a number > 0 and <= 100"),
+  min_delay = C.number_rule(0.005, 0, 2 ^ 31, false,
+    "a number of seconds >= 0 and <= 2^31"),
+  max_delay = C.number_rule(1, 0, 2 ^ 31, true,
+    "a number of seconds > 0 and <= 2^31"),
+  span = C.number_rule(10, 1, 3600, false,
+    "a number of seconds >= 1 and <= 3600"),
+  min_samples = C.count_rule(20, 2 ^ 31, "2^31"),
+  clock = C.function_rule(nil),
+}
+local EXTRA = { shared = true, key = true }
+
+local function in_nginx()
+  local ngx = rawget(_G, "ngx")
+  return type(ngx) == "table" and type(ngx.get_phase) == "function", ngx
+end
+
+-- where the histogram lives: o.shared (a dict, or false: this Lua
+-- state), o.key (its keys' prefix); raises at `level`, counted from the
+-- caller of new
+local function storage(self, o, nginx, level)
+  level = level + 1
+  local shared = o.shared
+  if shared == nil and o.key == nil and nginx then
+    error(CTOR .. ": inside nginx, option 'shared' must be a "
+          .. "lua_shared_dict (each worker would learn the latency "
+          .. "apart); shared = false keeps a per-worker histogram anyway",
+          level)
+  end
+  if not shared and o.key == nil then      -- false, or outside nginx
+    self.ring = {}
+    return
+  end
+  if not C.is_dict(shared) then
+    error(CTOR .. ": option 'shared' must be an ngx.shared dict (got "
+          .. repr(shared) .. (shared == nil and "; option 'key' names "
+          .. "keys in it, so it needs shared" or "") .. ")", level)
+  end
+  local key = o.key
+  if key == nil then key = "backoff:hedge" end
+  if type(key) ~= "string" or key == "" then
+    error(CTOR .. ": option 'key' must be a non-empty string (got "
+          .. repr(key) .. ")", level)
+  end
+  self.dict, self.key, self.dkey = shared, key, key .. "|h:"
+end
+
+--- latency(opts) -> an estimator.  opts: percentile (90), min_delay
+-- (0.005), max_delay (1), span (10), min_samples (20), clock (ngx.now
+-- in nginx, else backoff.now), shared (a dict; inside nginx required,
+-- or false), key ("backoff:hedge")
+local function new(opts, level)
+  level = level or 2            -- the caller's frame, from here
+  local o = C.options(CTOR, opts, RULES, EXTRA, level + 1)
+  if o.min_delay > o.max_delay then
+    error(CTOR .. ": option 'min_delay' must be <= max_delay (got "
+          .. repr(o.min_delay) .. " > " .. repr(o.max_delay) .. ")",
+          level)
+  end
+  local nginx, ngx = in_nginx()
+  local self = { percentile = o.percentile, min_delay = o.min_delay,
+    max_delay = o.max_delay, span = o.span, min_samples = o.min_samples,
+    len = o.span / SLICES, n = 0, fresh = 0 }
+  self.ttl = o.span + self.len
+  self.refresh = self.len / 8
+  self.clock = o.clock or (nginx and ngx.now) or core.now
+  storage(self, o, nginx, level)
+  return setmetatable(self, Latency)
+end
+
+return { new = new, metatable = Latency, bucket = bucket, edge = edge }
