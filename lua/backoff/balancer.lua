@@ -51,6 +51,7 @@
 --     out) as neither success nor failure: nothing recorded.
 
 local engine = require "backoff.engine"
+local nowait = require "backoff.engine.nowait"
 local setup = require "backoff.setup"
 local check = require "backoff.check"
 local util = require "backoff.util"
@@ -115,7 +116,7 @@ end
 -- made; else note in st.stop why not.
 local function grant(st)
   if st.capped then return end
-  local ok, why = engine.reserve(st, st.timeout)
+  local ok, why = nowait.reserve(st, st.timeout)
   if not ok then
     st.stop = why
     return
@@ -172,7 +173,7 @@ local function balancer(policy, opts)
     if st.reason then return refuse(ngx, st.reason) end
     local granted = st.granted
     st.granted = false
-    local timeout, reason = engine.retry_now(st, granted)
+    local timeout, reason = nowait.retry_now(st, granted)
     if reason then
       -- this try is not made: the last one's failure was recorded (done
       -- must not again)

@@ -187,7 +187,7 @@ function E.state(st)
   if ropts ~= nil then
     mat = ropts.min_attempt_time
     local bud = ropts.budget
-    if bud ~= nil then
+    if bud then                     -- (false: none, on purpose)
       st.bud, st.cost = bud, util.budget_cost(bud)
       if bud.throttle_cost then st.throttle = bud:throttle_cost() end
     end
@@ -251,18 +251,25 @@ local function hint_of(st, err, res, hint)
   return hint
 end
 
+-- attempt n's outcome, told to the budget and the breaker: paid, what
+-- its retry withdrew; ticket, the breaker's; seconds, how long it took
+local function tell(st, ok, n, paid, ticket, seconds)
+  local bud, br = st.bud, st.br
+  if bud then tell_budget(bud, ok, n, paid, st.cost) end
+  if br then br:record(ok, ticket, seconds) end
+end
+
+E.tell = tell
+
 --- E.record(st, ok, seconds): the current attempt's outcome, told to
 -- the budget and the breaker (seconds: how long it took, for the
 -- breaker's slow calls; nil: measured from st.ts)
 function E.record(st, ok, seconds)
-  local bud, br = st.bud, st.br
-  if bud then tell_budget(bud, ok, st.attempt, st.paid, st.cost) end
-  st.owed = nil
-  if br then
-    if seconds == nil and st.ts then seconds = elapsed_since(st.ts, st.b) end
-    br:record(ok, st.ticket, seconds)
-    st.ticket = nil
+  if seconds == nil and st.br and st.ts then
+    seconds = elapsed_since(st.ts, st.b)
   end
+  tell(st, ok, st.attempt, st.paid, st.ticket, seconds)
+  st.owed, st.ticket = nil, nil
 end
 
 -- what the next retry withdraws: retry_cost's answer, else the
@@ -282,6 +289,8 @@ local function cost_of(st, err, res, hint)
   if hint ~= nil and st.throttle then return st.throttle end
   return st.cost
 end
+
+E.cost_of = cost_of
 
 --- E.pay(st, cost) -> true | false: withdraw a retry from the budget
 -- (none: true); st.paid is the cost asked (nil: the budget's own), and
@@ -350,7 +359,7 @@ function E.failed(st, err, res, hint, stop)
   E.record(st, false)
   hint = hint_of(st, err, res, hint)
   if hint and st.max_hint and hint > st.max_hint then
-    return nil, "retry_after"
+    return nil, "retry_after"                   -- (the deadline: below)
   end
   local now = core_now(st.b)
   local delay, t, own = core_failure(st.b, now, hint)
@@ -409,73 +418,6 @@ function E.next(st, t)
   local timeout = E.try_timeout(st, t, left)
   st.attempt, st.timeout, st.ts = attempt, timeout, br and now or st.ts
   return attempt, timeout
-end
-
-------------------------------------------------------------------------
--- a door that cannot wait (the balancer): the next attempt is granted
--- while the current one runs, and decided when it starts
-
--- would bud:withdraw(cost) succeed now?  allows() when the budget has
--- it; else tokens() >= cost; else (a user object) let withdraw decide
-local function budget_allows(bud, cost)
-  if bud.allows then return bud:allows(cost) and true or false end
-  if cost and util.has_method(bud, "tokens") then
-    return bud:tokens() >= cost
-  end
-  return true
-end
-
---- E.reserve(st, timeout) -> true | nil, reason: may attempt
--- st.attempt + 1 be made if the current one (with this timeout) fails?
--- A peek: nothing is taken.  The retry is paid when it starts
--- (E.retry_now), so a grant costs nothing to the requests in flight
--- that never need it, and the budget still pays for every retry made.
-function E.reserve(st, timeout)
-  if st.max_attempts > 0 and st.attempt >= st.max_attempts then
-    return nil, "max_attempts"
-  end
-  local left = E.left(st)
-  if left and left - (timeout or 0) < st.min_attempt then
-    return nil, "max_actual_duration"
-  end
-  local br = st.br
-  if br and not br:allows() then return nil, "circuit_open" end
-  local bud = st.bud
-  if bud and not budget_allows(bud, st.cost) then return nil, "budget" end
-  return true
-end
-
---- E.retry_now(st, granted) -> timeout | nil, reason: the current
--- attempt failed and the next starts now, without a wait (the balancer:
--- nginx started it).  Granted (E.reserve said yes), the policy's
--- limits and the deadline were checked then (a late start runs with
--- what is left); not granted, they are checked now.  Either way it is
--- made only when the breaker allows it and the budget pays for it.
-function E.retry_now(st, granted)
-  E.record(st, false)
-  local now = core_now(st.b)
-  local delay, t = core_failure(st.b, now)
-  local left = E.left(st, now)
-  if not granted then
-    if delay == nil then return nil, t end
-    if E.too_late(st, left) then return nil, "max_actual_duration" end
-  elseif delay == nil then
-    t = nil
-  end
-  local br = st.br
-  if br then
-    local ok, ticket = br:allow()
-    if not ok then return nil, "circuit_open" end
-    st.ticket = ticket
-  end
-  if not E.pay(st, st.cost) then
-    E.release(st)
-    return nil, "budget"
-  end
-  st.attempt = st.attempt + 1
-  st.timeout = E.try_timeout(st, t, left)
-  st.ts = now
-  return st.timeout
 end
 
 --- E.succeeded(st, res1): the current attempt succeeded

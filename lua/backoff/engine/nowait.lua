@@ -1,0 +1,149 @@
+-- backoff.engine.nowait: the engine's decisions for the doors that do
+-- not wait between attempts (internal).  The balancer cannot wait at
+-- all: it grants nginx's next try while this one runs (X.reserve) and
+-- decides it when it starts (X.retry_now).  The hedge makes attempts
+-- side by side: each copy is decided when it starts (X.copy) and has a
+-- record of its own (n, paid, ticket, ts) for its outcome (X.tell) or
+-- its cancel (X.forget).  The rules are lua/backoff/engine.lua's: this
+-- module applies them in another order, it writes none of its own.
+
+local engine = require "backoff.engine"
+local util = require "backoff.util"
+
+local core_now, core_failure = util.now, util.failure
+
+local X = {}
+
+------------------------------------------------------------------------
+-- the balancer: the next attempt is granted while the current one runs,
+-- and decided when it starts
+
+-- would bud:withdraw(cost) succeed now?  allows() when the budget has
+-- it; else tokens() >= cost; else (a user object) let withdraw decide
+local function budget_allows(bud, cost)
+  if bud.allows then return bud:allows(cost) and true or false end
+  if cost and util.has_method(bud, "tokens") then
+    return bud:tokens() >= cost
+  end
+  return true
+end
+
+--- X.reserve(st, timeout) -> true | nil, reason: may attempt
+-- st.attempt + 1 be made if the current one (with this timeout) fails?
+-- A peek: nothing is taken.  The retry is paid when it starts
+-- (X.retry_now), so a grant costs nothing to the requests in flight
+-- that never need it, and the budget still pays for every retry made.
+function X.reserve(st, timeout)
+  if st.max_attempts > 0 and st.attempt >= st.max_attempts then
+    return nil, "max_attempts"
+  end
+  local left = engine.left(st)
+  if left and left - (timeout or 0) < st.min_attempt then
+    return nil, "max_actual_duration"
+  end
+  local br = st.br
+  if br and not br:allows() then return nil, "circuit_open" end
+  local bud = st.bud
+  if bud and not budget_allows(bud, st.cost) then return nil, "budget" end
+  return true
+end
+
+--- X.retry_now(st, granted) -> timeout | nil, reason: the current
+-- attempt failed and the next starts now, without a wait (the balancer:
+-- nginx started it).  Granted (X.reserve said yes), the policy's
+-- limits and the deadline were checked then (a late start runs with
+-- what is left); not granted, they are checked now.  Either way it is
+-- made only when the breaker allows it and the budget pays for it.
+function X.retry_now(st, granted)
+  engine.record(st, false)
+  local now = core_now(st.b)
+  local delay, t = core_failure(st.b, now)
+  local left = engine.left(st, now)
+  if not granted then
+    if delay == nil then return nil, t end
+    if engine.too_late(st, left) then return nil, "max_actual_duration" end
+  elseif delay == nil then
+    t = nil
+  end
+  local br = st.br
+  if br then
+    local ok, ticket = br:allow()
+    if not ok then return nil, "circuit_open" end
+    st.ticket = ticket
+  end
+  if not engine.pay(st, st.cost) then
+    engine.release(st)
+    return nil, "budget"
+  end
+  st.attempt = st.attempt + 1
+  st.timeout = engine.try_timeout(st, t, left)
+  st.ts = now
+  return st.timeout
+end
+
+------------------------------------------------------------------------
+-- the hedge: copies side by side, each with a record { n, paid,
+-- ticket, ts } of its own
+
+--- X.hint_stop(st, hint, now) -> reason | nil: may the run wait the
+-- server's hint?  Not over max_hint ("retry_after"), not to the
+-- deadline or past it ("max_actual_duration")
+function X.hint_stop(st, hint, now)
+  if hint == nil then return nil end
+  if st.max_hint and hint > st.max_hint then return "retry_after" end
+  local left = engine.left(st, now)
+  if left and hint >= left then return "max_actual_duration" end
+  return nil
+end
+
+--- X.copy(st, hint, err, res) -> timeout, rec | nil, reason: another
+-- attempt starts now, whether or not others are in flight: the policy
+-- counts it (its limits, the systems' stop rules), the deadline must
+-- leave it min_attempt_time, the breaker admits it, the budget pays it
+-- as a retry (hint: the server's, for its cost).  rec is this copy's
+-- record for X.tell and X.forget.
+function X.copy(st, hint, err, res)
+  local now = core_now(st.b)
+  local delay, t = core_failure(st.b, now)
+  if delay == nil then return nil, t end
+  local left = engine.left(st, now)
+  if engine.too_late(st, left) then return nil, "max_actual_duration" end
+  local rec = { n = st.attempt + 1, ts = now }
+  local br = st.br
+  if br then
+    local ok, ticket = br:allow()
+    if not ok then return nil, "circuit_open" end
+    rec.ticket = ticket
+  end
+  local cost = engine.cost_of(st, err, res, hint)
+  local bud = st.bud
+  if bud and not bud:withdraw(cost) then
+    if br and rec.ticket ~= nil then br:release(rec.ticket) end
+    return nil, "budget"
+  end
+  rec.paid = bud and cost or nil
+  st.attempt = rec.n
+  return engine.try_timeout(st, t, left), rec
+end
+
+--- X.first_copy(st) -> rec: the record of the run's first attempt
+function X.first_copy(st)
+  return { n = 1, ticket = st.ticket, ts = st.ts }
+end
+
+--- X.tell(st, rec, ok, seconds): a copy's outcome, told to the budget
+-- and the breaker
+function X.tell(st, rec, ok, seconds)
+  engine.tell(st, ok, rec.n, rec.paid, rec.ticket, seconds)
+  rec.ticket = nil
+end
+
+--- X.forget(st, rec): a copy cancelled: its breaker ticket given back;
+-- the budget is told nothing (what it paid stays paid: it was sent)
+function X.forget(st, rec)
+  local br, ticket = st.br, rec.ticket
+  rec.ticket = nil
+  if br and ticket ~= nil then br:release(ticket) end
+end
+
+return X
