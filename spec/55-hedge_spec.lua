@@ -517,8 +517,7 @@ describe("backoff.hedge", function()
       fails(nil, "backoff.hedge.request: options must be a table "
         .. "(got nil)")
       fails(5, "options must be a table (got number)")
-      fails({ delay = 0.1, budget = false }, e .. "method' must be the "
-        .. "request's method")
+      fails({ delay = 0.1, budget = false }, e .. "method' is required")
       fails(opts { method = "GE T" }, e .. "method'")
       fails({ method = "GET", budget = false }, e .. "delay' must be a "
         .. "number of seconds >= 0 or a hedge.latency estimator")
@@ -541,12 +540,14 @@ describe("backoff.hedge", function()
         .. "option 'sleep'")
       fails(opts(), "backoff.hedge.request: the policy needs max_attempts",
             backoff.constant { delay = 0 })
-      fails(opts(), "bad argument #1 to 'request'", 5)
+      fails(opts(), "backoff.hedge.request: argument 'policy' must be a "
+        .. "backoff object or an options table (got number)", 5)
     end)
 
     it("refuses a do_request that cannot be called", function()
       assert.error_matches(function() hedge.request(p, 5, opts()) end,
-        "bad argument #2 to 'request' (a function expected", nil, true)
+        "backoff.hedge.request: argument 'do_request' must be a function "
+        .. "(got number)", nil, true)
     end)
 
     it("takes a policy table", function()
@@ -670,18 +671,19 @@ describe("backoff.hedge", function()
 
     it("refuses bad options and arguments", function()
       local e = "backoff.hedge.latency: option '"
+      local f = false                 -- shared = false: per worker
       local cases = {
         { { percentile = 0 }, e .. "percentile' must be a number > 0" },
         { { percentile = 101 }, e .. "percentile'" },
         { { min_delay = -1 }, e .. "min_delay'" },
         { { max_delay = 0 }, e .. "max_delay'" },
-        { { min_delay = 2, max_delay = 1 }, e .. "min_delay' must be <= "
-          .. "max_delay" },
+        { { min_delay = 2, max_delay = 1, shared = f }, e .. "min_delay' "
+          .. "must be <= max_delay" },
         { { span = 0.5 }, e .. "span'" },
         { { min_samples = 1.5 }, e .. "min_samples'" },
         { { clock = 1 }, e .. "clock'" },
-        { { key = "k" }, e .. "shared' must be an ngx.shared dict (got "
-          .. "nil; option 'key' names keys in it, so it needs shared)" },
+        { { key = "k" }, e .. "shared' must be an ngx.shared dict inside "
+          .. "nginx (got nil" },
         { { shared = {} }, e .. "shared'" },
         { { shared = new_dict(), key = "" }, e .. "key'" },
         { { nope = 1 }, "backoff.hedge.latency: unknown option 'nope'" },
@@ -695,7 +697,7 @@ describe("backoff.hedge", function()
       end
       -- inside nginx, shared is required (false: per worker)
       assert.error_matches(function() hedge.latency() end,
-        "inside nginx, option 'shared' must be a lua_shared_dict", nil,
+        "option 'shared' must be an ngx.shared dict inside nginx", nil,
         true)
       assert.has_no.errors(function() hedge.latency { shared = false } end)
       -- outside nginx, no dict is needed: per process
@@ -704,7 +706,8 @@ describe("backoff.hedge", function()
       own:observe(0.01)
       assert.equal(1, own:samples())
       assert.error_matches(function() hedge.latency { key = "k" } end,
-        "option 'key' names keys in it, so it needs shared", nil, true)
+        "option 'key' names keys in a dict, so it needs option 'shared'",
+        nil, true)
       rawset(_G, "ngx", fake)
       local l = lat()
       for _, v in ipairs { -1, 0 / 0, 1 / 0, "1" } do

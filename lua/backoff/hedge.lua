@@ -28,43 +28,25 @@
 --   * copies run in light threads: only where nginx can spawn them.
 
 local http = require "backoff.http"
+local rules = require "backoff.http.rules"
+local setup = require "backoff.setup"
+local check = require "backoff.check"
 local util = require "backoff.util"
 local gate_mod = require "backoff.hedge.gate"
 local latency = require "backoff.hedge.latency"
 local options = require "backoff.hedge.options"
 
-local repr = require("backoff.core")._repr
-
-local error, floor, getmetatable, pcall, rawget, select, setmetatable,
-      type = error, math.floor, getmetatable, pcall, rawget, select,
-      setmetatable, type
+local error, getmetatable, pcall, select, setmetatable, type =
+      error, getmetatable, pcall, select, setmetatable, type
 local unpack = table.unpack or unpack       -- luacheck: ignore
 local huge = math.huge
-local callable, has_method = util.callable, util.has_method
+local callable, has_method, repr = util.callable, util.has_method, util.repr
 local is_timeout = require("backoff.budget").is_timeout
+local tpcall = setup.tpcall
 
 local M = {}
 
 local WHO = "backoff.hedge.request"
-
--- pcall that lets f yield: LuaJIT's and 5.2+'s do; PUC 5.1's does not
--- (only the specs' fake nginx runs hedging there): f then runs in a
--- coroutine of its own whose yields are passed on
-local ypcall = pcall
-if _VERSION == "Lua 5.1" and not rawget(_G, "jit") then
-  local create, resume, status, yield =
-        coroutine.create, coroutine.resume, coroutine.status,
-        coroutine.yield
-  local function step(co, ok, ...)
-    if not ok then return false, (...) end
-    if status(co) == "dead" then return true, ... end
-    return step(co, resume(co, yield(...)))
-  end
-  ypcall = function(f, ...)
-    local co = create(function(...) return f(...) end)
-    return step(co, resume(co, ...))
-  end
-end
 
 ------------------------------------------------------------------------
 -- the cancel token each copy gets: cancel.cancelled (a field to poll),
@@ -110,58 +92,26 @@ end
 
 local function pack(...) return { n = select("#", ...), ... } end
 
-local function read_status(r1)
-  local hs = r1.headers
-  if hs == nil then hs = r1.header end      -- ngx.location.capture
-  return r1.status, hs
-end
-
--- do_request's results r from index i: the status and the headers of
--- a response; or nil, the verdict and what goes with it
-local function response_of(r, i)
-  local r1 = r[i]
-  local t = type(r1)
-  if t == "table" then
-    local ok, s, h = pcall(read_status, r1)
-    if ok and type(s) == "number" then return s, h end
-    return nil, "bad", "do_request returned a table without a numeric "
-      .. "'status' (got " .. repr(ok and s or nil) .. ")"
-  elseif t == "number" then
-    return r1, r[i + 1]
-  elseif r1 == nil or r1 == false then
-    local err, stage = r[i + 1], r[i + 2]
-    if stage ~= nil and type(stage) ~= "string" then stage = nil end
-    return nil, "failure", { err = err, timeout = is_timeout(err),
-                             sent = not http.not_sent(err, stage) }
-  end
-  return nil, "bad", "do_request must return a response (a table with a "
-    .. "status), a status number, or nil and an error (got " .. repr(r1)
-    .. ")"
-end
-
--- r: pack(pcall(do_request, ...)), from index i.  Returns "answer";
--- or "failure", { err, status, res, hint, sent, timeout }; or "bad",
--- the message
+-- r: pack(tpcall(do_request, ...)), from index i.  Returns "answer"
+-- (and for a final 5xx, which ends the request as a retry would but is
+-- no success, "HTTP 5xx"); or "failure",
+-- { err, status, res, hint, sent, timeout }; or "bad", the message
 local function judge(o, r, i)
-  local status, headers, info = response_of(r, i)
-  if not status then return headers, info end
-  if status ~= floor(status) or status < 100 or status > 999 then
-    return "bad", "do_request returned a bad status " .. repr(status)
-  end
-  if not o.statuses[status] then return "answer" end
-  if type(headers) ~= "table" then headers = nil end
-  return "failure", { err = "HTTP " .. status, status = status,
-    res = r[i], sent = true, hint = headers and http.hint(headers, status) }
+  local kind, err, res, hint, sent, status = rules.judge(o.statuses,
+                                                 unpack(r, i, r.n))
+  if kind == "ok" then return "answer" end
+  if kind == "error_status" then return "answer", err end
+  if kind == "bad" then return "bad", err end
+  return "failure", { err = err, status = status, res = res, hint = hint,
+    sent = sent, timeout = status == nil and is_timeout(err) }
 end
 
 ------------------------------------------------------------------------
 -- the end of a request
 
 local function give_up(st, f, reason)
-  local g, o = st.gate, st.o
-  g:finish(false, reason, st.hints)
   local err, res = f and f.err, f and f.res
-  if o.on_giveup then o.on_giveup(err, reason, g:attempts(), res) end
+  st.gate:finish(false, reason, st.hints, err, res)
   return nil, err, reason, res
 end
 
@@ -210,11 +160,17 @@ end
 
 -- copy c answered (r from index i): told first, then the others
 -- cancelled, then the run counted
-local function answered(st, c, r, i)
+local function answered(st, c, r, i, err)
   local g = st.gate
-  g:won(c.attempt, g:now() - c.t0, c.kind)
-  cancel_all(st)
-  g:finish(true, nil, st.hints)
+  if err then                      -- a final 5xx: returned, not a success
+    g:failed(c.attempt, g:now() - c.t0)
+    cancel_all(st)
+    g:finish(false, "error_status", st.hints, err, r[i])
+  else
+    g:won(c.attempt, g:now() - c.t0, c.kind)
+    cancel_all(st)
+    g:finish(true, nil, st.hints, nil, r[i])
+  end
   return unpack(r, i, r.n)
 end
 
@@ -243,11 +199,11 @@ local function run_alone(st)
   local g, o = st.gate, st.o
   local attempt, kind, f = 1, "first", nil
   while true do
-    local ok, t = g:start(attempt, kind)
+    local ok, t = g:start(attempt, kind, f)
     if not ok then return give_up(st, f, t) end
     if attempt > 1 and o.on_hedge then o.on_hedge(f.err, attempt, f.res) end
     local t0 = g:now()
-    local r = pack(ypcall(st.do_request, attempt, timeouts_of(st, t),
+    local r = pack(tpcall(st.do_request, attempt, timeouts_of(st, t),
                           new_token(attempt)))
     local took = g:now() - t0
     local c = { attempt = attempt, t0 = t0, kind = kind }
@@ -255,7 +211,7 @@ local function run_alone(st)
     local verdict, info = judge(o, r, 2)
     if verdict == "answer" then
       observe(st, took)
-      return answered(st, c, r, 2)
+      return answered(st, c, r, 2, info)
     elseif verdict == "bad" then
       failed_hard(st, c, took, nil, info)
     end
@@ -279,7 +235,7 @@ end
 
 -- a copy's thread: the copy, then pcall's results
 local function copy_main(st, c, t)
-  return c, ypcall(st.do_request, c.attempt, t, c.token)
+  return c, tpcall(st.do_request, c.attempt, t, c.token)
 end
 
 -- start the next copy: true, or false with st.stopped set
@@ -287,7 +243,7 @@ local function start(st, kind, f)
   local g = st.gate
   local attempt = g:attempts() + 1
   local hint = f and f.hint
-  local ok, t = g:start(attempt, kind, hint)
+  local ok, t = g:start(attempt, kind, f)
   if not ok then
     st.stopped = t
     return false
@@ -333,7 +289,7 @@ local function ended(st, c, r)
   local verdict, info = judge(o, r, 4)
   if verdict == "answer" then
     observe(st, took)
-    return true, answered(st, c, r, 4)
+    return true, answered(st, c, r, 4, info)
   elseif verdict == "bad" then
     failed_hard(st, c, took, nil, info)
   end
@@ -345,10 +301,9 @@ local function ended(st, c, r)
   end
   st.last = info
   local hint = info.hint
-  if hint and hint > st.max_hint then
-    st.stopped = "retry_after"
-  elseif hint and g.deadline and g:now() + hint >= g.deadline then
-    st.stopped = "max_actual_duration"
+  local stop = g:hint_stop(hint)
+  if stop then
+    st.stopped = stop
   elseif not st.stopped then
     -- another copy at once (after the hint): the failed one's place
     st.next = { at = g:now() + (hint or 0), kind = "retry", f = info }
@@ -359,7 +314,7 @@ end
 -- the next start planned, if it may still happen
 local function planned(st)
   local nx = st.next
-  if nx and (st.stopped or st.gate:attempts() >= st.limits.attempts) then
+  if nx and (st.stopped or st.gate:attempts() >= st.f.max_attempts) then
     st.next, nx = nil, nil
   end
   return nx
@@ -389,7 +344,7 @@ end
 local function hedged(st)
   local g = st.gate
   if not start(st, "first") then return give_up(st, nil, st.stopped) end
-  if st.limits.attempts > 1 then
+  if st.f.max_attempts > 1 then
     st.next = { at = g:now() + st.delay, kind = "hedge" }
   end
   while true do
@@ -411,37 +366,27 @@ end
 ------------------------------------------------------------------------
 -- the door
 
-local function setup(policy, opts)
-  local o = options.compile(opts)
-  local p = options.policy_of(policy)
-  return o, p, options.limits_of(p)
-end
-
 --- request(policy, do_request, opts) -> the winning copy's results, as
 -- do_request returned them | nil, err, reason, res
 function M.request(policy, do_request, opts)
+  local f, b = options.policy(policy)
   if not callable(do_request) then
-    error("bad argument #2 to 'request' (a function expected for "
-          .. "'do_request', got " .. type(do_request) .. ")", 2)
+    check.raise(options.WHO .. ": argument 'do_request' must be a "
+                .. "function (got " .. type(do_request) .. ")"
+                .. options.USAGE)
   end
-  local ok, o, p, limits = pcall(setup, policy, opts)
-  if not ok then error(o, 2) end
-  local ngx_ok, ngx = pcall(options.threads)
-  if not ngx_ok then error(ngx, 2) end
-  local st = { o = o, do_request = do_request, limits = limits,
-    gate = gate_mod.new(p, limits, o), ngx = ngx, live = {}, hints = 0,
-    max_hint = o.max_hint }
-  if limits.max_hint and limits.max_hint < o.max_hint then
-    st.max_hint = limits.max_hint
-  end
+  local o = options.compile(opts)
+  local ngx = options.threads()
+  local st = { o = o, f = f, do_request = do_request, ngx = ngx,
+    gate = gate_mod.new(policy, f, b, o), live = {}, hints = 0 }
   if not o.idem then return run_alone(st) end
   local d = o.estimator and o.estimator:delay() or o.delay
   if type(d) ~= "number" or not (d >= 0 and d < huge) then
-    error(WHO .. ": the estimator's delay() must return a number of "
-          .. "seconds >= 0 (got " .. repr(d) .. ")", 2)
+    check.raise(options.WHO .. ": the estimator's delay() must return a "
+                .. "number of seconds >= 0 (got " .. repr(d) .. ")")
   end
   st.delay = d
-  local fine, r = ypcall(function() return pack(hedged(st)) end)
+  local fine, r = setup.ypcall(function() return pack(hedged(st)) end)
   if not fine then
     cancel_all(st)
     error(r, 0)
@@ -451,7 +396,7 @@ end
 
 --- latency(opts) -> an estimator of the hedging delay (latency.lua)
 function M.latency(opts)
-  return (latency.new(opts, 3))
+  return (latency.new(opts))
 end
 
 return M

@@ -159,56 +159,71 @@ function E.need_stop(who, f, ropts)
 end
 
 ------------------------------------------------------------------------
--- calling the operation with ropts.retry_raised: a raised error becomes
--- nil, err, and err carries the traceback (a string error gets it
--- appended; another value is passed on as it is)
+-- Calling the operation protected, yields allowed:
+--   E.tpcall(fn, ...) -> true, ... | false, err: err carries the
+--     traceback (a string error gets it appended; another value is
+--     passed on as it is);
+--   E.ypcall(fn, ...): the same, err as it was raised (for a door that
+--     only cleans up and raises it again).
 
 local traceback = debug.traceback
+
+local function traced(e)
+  if type(e) == "string" then return traceback(e, 2) end
+  return e
+end
 
 if _VERSION == "Lua 5.1" and not rawget(_G, "jit") then
   -- PUC 5.1's pcall cannot be yielded across: fn runs in a coroutine of
   -- its own and its yields are passed on to our caller.  Outside any
-  -- coroutine there is no one to pass them to: the yield is then a
-  -- failure, as it is on the other Luas.
+  -- coroutine there is no one to pass them to: the yield is then an
+  -- error, as it is on the other Luas.
   local create, resume, running, status, yield =
         coroutine.create, coroutine.resume, coroutine.running,
         coroutine.status, coroutine.yield
-  local function step(co, ok, ...)
+  local function step(co, trace, ok, ...)
     if not ok then
       local e = ...
-      if type(e) == "string" then e = traceback(co, e) end
-      return nil, e
+      if trace and type(e) == "string" then e = traceback(co, e) end
+      return false, e
     end
-    if status(co) == "dead" then return ... end
+    if status(co) == "dead" then return true, ... end
     if running() == nil then
-      return nil, "attempt to yield from outside a coroutine"
+      return false, "attempt to yield from outside a coroutine"
     end
-    return step(co, resume(co, yield(...)))
+    return step(co, trace, resume(co, yield(...)))
   end
-  function E.protect(fn, a, b)
-    local co = create(function(x, y) return fn(x, y) end)
-    return step(co, resume(co, a, b))
+  function E.tpcall(fn, ...)
+    local co = create(function(...) return fn(...) end)
+    return step(co, true, resume(co, ...))
+  end
+  function E.ypcall(fn, ...)
+    local co = create(function(...) return fn(...) end)
+    return step(co, false, resume(co, ...))
   end
 else
   local xpcall = xpcall
-  local function traced(e)
-    if type(e) == "string" then return traceback(e, 2) end
-    return e
-  end
-  local function results(ok, ...)
-    if ok then return ... end
-    return nil, (...)
-  end
-  function E.protect(fn, a, b)
-    return results(xpcall(fn, traced, a, b))
-  end
+  function E.tpcall(fn, ...) return xpcall(fn, traced, ...) end
+  E.ypcall = pcall
 end
 
---- E.call(st, fn, a, b): the attempt, protected with retry_raised
-function E.call(st, fn, a, b)
+-- a raised error as a failure: nil, err
+local function results(ok, ...)
+  if ok then return ... end
+  return nil, (...)
+end
+
+--- E.protect(fn, ...): fn's results, or nil, err (with the traceback)
+-- when it raised
+function E.protect(fn, ...)
+  return results(E.tpcall(fn, ...))
+end
+
+--- E.call(st, fn, ...): the attempt, protected with retry_raised
+function E.call(st, fn, ...)
   local ropts = st.ropts
-  if ropts ~= nil and ropts.retry_raised then return E.protect(fn, a, b) end
-  return fn(a, b)
+  if ropts ~= nil and ropts.retry_raised then return E.protect(fn, ...) end
+  return fn(...)
 end
 
 return E

@@ -22,6 +22,7 @@ M.first_timeout = core._first_timeout
 M.backoff_mt = core._metatable      -- the metatable of every object
 M.new = core.new                    -- backoff.new
 M.core_sleep = core.sleep           -- the blocking sleep, unchecked
+M.core_now = core.now               -- backoff.now, the default clock
 M.ffi = { token = core._ffi_token, reasons = core._ffi_reasons,
           failure = core._ffi_failure, success = core._ffi_success }
 

@@ -27,13 +27,19 @@
 -- passed.  A full dict loses counts (said once in the error log): a
 -- smaller histogram, the same rule.
 
-local C = require "backoff.budget.common"
-local core = require "backoff.core"
+local check_mod = require "backoff.check"
+local util = require "backoff.util"
 
-local error, floor, getmetatable, log, rawget, setmetatable, type =
-      error, math.floor, getmetatable, math.log, rawget, setmetatable, type
+local error, floor, getmetatable, log, setmetatable, type =
+      error, math.floor, getmetatable, math.log, setmetatable, type
 local huge = math.huge
-local repr = core._repr
+local repr, raise = util.repr, check_mod.raise
+
+-- a number as the same text on every Lua ("90", not "90.0")
+local function num(v)
+  if v == floor(v) and v < 2 ^ 53 then return ("%d"):format(v) end
+  return tostring(v)
+end
 
 local CTOR = "backoff.hedge.latency"
 local SLICES = 5                 -- a span is 5 slices
@@ -103,7 +109,7 @@ end
 local function put(self, i, b)
   local dict = self.dict
   if dict then
-    local ok, err = dict:incr(dict_key(self, i, b), 1, 0, self.ttl)
+    local ok, err = util.incr(dict, dict_key(self, i, b), 1, 0, self.ttl)
     if not ok and not self.warned then
       self.warned = true
       local ngx = rawget(_G, "ngx")
@@ -202,7 +208,7 @@ end
 function Latency:__tostring()
   check(self, "__tostring")
   return ("%s: p%s of %s s, within [%s, %s] s%s"):format(CTOR,
-    C.num(self.percentile), C.num(self.span), repr(self.min_delay),
+    num(self.percentile), num(self.span), repr(self.min_delay),
     repr(self.max_delay),
     self.dict and (", shared " .. repr(self.key)) or "")
 end
@@ -210,75 +216,55 @@ end
 ------------------------------------------------------------------------
 -- the constructor
 
-local RULES = {
-  percentile = C.number_rule(90, 0, 100, true,
-    "a number > 0 and <= 100"),
-  min_delay = C.number_rule(0.005, 0, 2 ^ 31, false,
-    "a number of seconds >= 0 and <= 2^31"),
-  max_delay = C.number_rule(1, 0, 2 ^ 31, true,
-    "a number of seconds > 0 and <= 2^31"),
-  span = C.number_rule(10, 1, 3600, false,
-    "a number of seconds >= 1 and <= 3600"),
-  min_samples = C.count_rule(20, 2 ^ 31, "2^31"),
-  clock = C.function_rule(nil),
-}
-local EXTRA = { shared = true, key = true }
+local options = check_mod.options(CTOR, {
+  percentile = check_mod.number{ default = 90, min = 0, max = 100,
+                                 open_min = true },
+  min_delay = check_mod.number{ default = 0.005, min = 0, max = 2 ^ 31,
+    text = "a number of seconds >= 0 and <= 2^31" },
+  max_delay = check_mod.number{ default = 1, min = 0, max = 2 ^ 31,
+    open_min = true, text = "a number of seconds > 0 and <= 2^31" },
+  span = check_mod.number{ default = 10, min = 1, max = 3600,
+    text = "a number of seconds >= 1 and <= 3600" },
+  min_samples = check_mod.count{ default = 20, max = 2 ^ 31,
+                                 max_text = "2^31" },
+  clock = check_mod.fn{},
+  -- inside nginx a dict, or false: each worker would learn the latency
+  -- apart
+  shared = check_mod.shared("histogram"),
+  key = check_mod.string{ default = "backoff:hedge" },
+})
 
-local function in_nginx()
-  local ngx = rawget(_G, "ngx")
-  return type(ngx) == "table" and type(ngx.get_phase) == "function", ngx
-end
-
--- where the histogram lives: o.shared (a dict, or false: this Lua
--- state), o.key (its keys' prefix); raises at `level`, counted from the
--- caller of new
-local function storage(self, o, nginx, level)
-  level = level + 1
-  local shared = o.shared
-  if shared == nil and o.key == nil and nginx then
-    error(CTOR .. ": inside nginx, option 'shared' must be a "
-          .. "lua_shared_dict (each worker would learn the latency "
-          .. "apart); shared = false keeps a per-worker histogram anyway",
-          level)
-  end
-  if not shared and o.key == nil then      -- false, or outside nginx
+-- where the histogram lives: o.shared (a dict), or this Lua state
+local function storage(self, o, key_given)
+  if not o.shared then                    -- false, or outside nginx
+    if key_given then
+      raise(CTOR .. ": option 'key' names keys in a dict, so it needs "
+            .. "option 'shared' (an ngx.shared dict)")
+    end
     self.ring = {}
     return
   end
-  if not C.is_dict(shared) then
-    error(CTOR .. ": option 'shared' must be an ngx.shared dict (got "
-          .. repr(shared) .. (shared == nil and "; option 'key' names "
-          .. "keys in it, so it needs shared" or "") .. ")", level)
-  end
-  local key = o.key
-  if key == nil then key = "backoff:hedge" end
-  if type(key) ~= "string" or key == "" then
-    error(CTOR .. ": option 'key' must be a non-empty string (got "
-          .. repr(key) .. ")", level)
-  end
-  self.dict, self.key, self.dkey = shared, key, key .. "|h:"
+  self.dict, self.key, self.dkey = o.shared, o.key, o.key .. "|h:"
 end
 
 --- latency(opts) -> an estimator.  opts: percentile (90), min_delay
 -- (0.005), max_delay (1), span (10), min_samples (20), clock (ngx.now
 -- in nginx, else backoff.now), shared (a dict; inside nginx required,
 -- or false), key ("backoff:hedge")
-local function new(opts, level)
-  level = level or 2            -- the caller's frame, from here
-  local o = C.options(CTOR, opts, RULES, EXTRA, level + 1)
+local function new(opts)
+  local o = options(opts)
   if o.min_delay > o.max_delay then
-    error(CTOR .. ": option 'min_delay' must be <= max_delay (got "
-          .. repr(o.min_delay) .. " > " .. repr(o.max_delay) .. ")",
-          level)
+    raise(CTOR .. ": option 'min_delay' must be <= max_delay (got "
+          .. repr(o.min_delay) .. " > " .. repr(o.max_delay) .. ")")
   end
-  local nginx, ngx = in_nginx()
+  local _, ngx = util.ngx_phase()
   local self = { percentile = o.percentile, min_delay = o.min_delay,
     max_delay = o.max_delay, span = o.span, min_samples = o.min_samples,
     len = o.span / SLICES, n = 0, fresh = 0 }
   self.ttl = o.span + self.len
   self.refresh = self.len / 8
-  self.clock = o.clock or (nginx and ngx.now) or core.now
-  storage(self, o, nginx, level)
+  self.clock = o.clock or (ngx and ngx.now) or util.core_now
+  storage(self, o, type(opts) == "table" and opts.key ~= nil)
   return setmetatable(self, Latency)
 end
 

@@ -218,8 +218,8 @@ end
 --- R.judge(statuses, r1, ...) -> what do_request's results r1, ... are:
 --   "ok": the result as it came (a status not retried, < 500)
 --   "error_status", err: the result as it came, a 5xx not retried
---   "fail", err, res, hint, sent: a retryable status or a transport
---     failure
+--   "fail", err, res, hint, sent [, status]: a retryable status (its
+--     response, the server's hint, the status) or a transport failure
 --   "bad", message: not a response at all
 function R.judge(statuses, r1, ...)
   local status, headers = read_status(r1, (...))
@@ -238,7 +238,7 @@ function R.judge(statuses, r1, ...)
   end
   if type(headers) ~= "table" then headers = nil end
   return "fail", "HTTP " .. status, r1, headers and hint_of(headers, status),
-         true
+         true, status
 end
 
 
