@@ -117,23 +117,6 @@ local cases = {
       for _ = 1, n do bud:record(true) end
     end },
 }
-local core = require "backoff.core"
-if core.budget then   -- TEMPORARY: the C bucket, before its removal
-  cases[#cases + 1] = { "C bud:withdraw()", base = "none", function(n)
-      local bud = core.budget { capacity = 2 ^ 40, cost = 1 }
-      for _ = 1, n do bud:withdraw() end
-    end }
-  cases[#cases + 1] = { "C bud:deposit() (full)", base = "none",
-    function(n)
-      local bud = core.budget {}
-      for _ = 1, n do bud:deposit() end
-    end }
-  cases[#cases + 1] = { "C bud:record(true) (full)", base = "none",
-    function(n)
-      local bud = core.budget {}
-      for _ = 1, n do bud:record(true) end
-    end }
-end
 
 -- The happy path and allocation rows, each divided by a
 -- same-process baseline of the same loop shape.  fn succeeds at once

@@ -85,11 +85,12 @@ end
 
 -- the runner, with and without yields
 local calls = 0
-local r = backoff.retry({ strategy = "constant", delay = 0 }, function()
+local r = backoff.retry({ strategy = "constant", delay = 0,
+                          max_attempts = 5 }, function()
   calls = calls + 1
   if calls < 3 then error("flaky") end
   return "done"
-end, { sleep = function() end })
+end, { sleep = function() end, retry_raised = true })
 assert(r == "done")
 local co = coroutine.wrap(function()
   return backoff.retry(backoff.constant { delay = 0, max_attempts = 2 },
@@ -99,6 +100,18 @@ end)
 co() co() co()
 local x, err, reason = co()
 assert(x == nil and err == "no" and reason == "max_attempts", reason)
+
+-- the token bucket (Lua over a dict of this state) through the runner
+local bud = backoff.budget { capacity = 10, cost = 5 }
+calls = 0
+r = backoff.retry(backoff.constant { delay = 0, max_attempts = 5 },
+  function()
+    calls = calls + 1
+    if calls < 2 then return nil, "flaky" end
+    return "done"
+  end, { sleep = function() end, budget = bud })
+assert(r == "done" and bud:tokens() == 10, tostring(bud))
+assert(bud:withdraw() and bud:withdraw() and not bud:withdraw())
 
 for _ = 1, 200 do
   backoff.constant { delay = 1, clock = function() return 0 end }:clone()

@@ -70,7 +70,7 @@ end
 -- Raise like luaL_argerror for argument n (counted after self) of the
 -- method two levels up (the caller of the function calling this): as
 -- lauxlib numbers them, self counts when the method was not called
--- with a colon (pcall(b.withdraw, b, x) says #2, as the C budget).
+-- with a colon (pcall(b.withdraw, b, x) says #2, as the C methods do).
 local getinfo = debug.getinfo
 local function argerror(n, method, msg)
   local info = getinfo(3, "n")
