@@ -492,7 +492,8 @@ describe("backoff.retry's default sleep inside nginx", function()
 
   it("sleeps 1 ms for a positive delay under 1 ms", function()
     local slept = fake_ngx()
-    local r = backoff.retry(backoff.constant { delay = 0.0004, max_attempts = 10 },
+    local r = backoff.retry(backoff.constant { delay = 0.0004,
+      max_attempts = 10 },
       function(n) return n == 3 end)
     assert.is_true(r)
     assert.same({ 0.001, 0.001 }, slept)
@@ -554,7 +555,8 @@ end)
 describe("backoff.retry's retry_on", function()
   for _, answer in ipairs { false, "nil", "none" } do
     it("stops on a falsy answer (" .. tostring(answer) .. ")", function()
-      local r = pack(backoff.retry(backoff.constant { delay = 0, max_attempts = 10 },
+      local r = pack(backoff.retry(backoff.constant { delay = 0,
+        max_attempts = 10 },
         function() return nil, "e" end, { sleep = function() end,
           retry_on = function()
             if answer == "none" then return end
@@ -606,7 +608,8 @@ describe("backoff.retry's hints (ropts.retry_after)", function()
     function()
       local asked, slept = {}, {}
       local r = backoff.retry(backoff.constant { delay = 0.1,
-        max_attempts = 5 }, function(n) if n < 3 then return nil, "e" .. n end return n end,
+        max_attempts = 5 },
+        function(n) if n < 3 then return nil, "e" .. n end return n end,
         { sleep = function(d) slept[#slept + 1] = d end,
           retry_after = function(err, attempt)
             asked[#asked + 1] = { err, attempt }
@@ -696,7 +699,8 @@ describe("backoff.retry's budget (ropts.budget)", function()
   it("withdraws before each retry and deposits the cost on success",
     function()
       local bud = fake_budget(100, 5, true)
-      local r, n = backoff.retry(backoff.constant { delay = 0, max_attempts = 10 }, flaky(3),
+      local r, n = backoff.retry(backoff.constant { delay = 0,
+        max_attempts = 10 }, flaky(3),
         { sleep = nosleep, budget = bud })
       assert.same({ "ok", 4 }, { r, n })
       assert.same({ { "withdraw", 5 }, { "withdraw", 5 }, { "withdraw", 5 },
@@ -723,7 +727,8 @@ describe("backoff.retry's budget (ropts.budget)", function()
     function()
       local bud = fake_budget(12, 5, true)
       local slept = {}
-      local r = pack(backoff.retry(backoff.constant { delay = 1, max_attempts = 10 },
+      local r = pack(backoff.retry(backoff.constant { delay = 1,
+        max_attempts = 10 },
         flaky(10), { budget = bud,
           sleep = function(d) slept[#slept + 1] = d end }))
       assert.same({ n = 3, nil, "e3", "budget" }, r)
@@ -752,7 +757,8 @@ describe("backoff.retry's budget (ropts.budget)", function()
 
   it("works with the token bucket", function()
     local bud = backoff.budget { capacity = 10, cost = 5, refund = 1 }
-    local r = pack(backoff.retry(backoff.constant { delay = 0, max_attempts = 10 }, flaky(10),
+    local r = pack(backoff.retry(backoff.constant { delay = 0,
+      max_attempts = 10 }, flaky(10),
       { sleep = nosleep, budget = bud }))
     assert.same({ n = 3, nil, "e3", "budget" }, r)
     assert.equal(0, bud:tokens())

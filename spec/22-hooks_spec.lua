@@ -145,7 +145,8 @@ end)
 describe("backoff.retry's retry_on reason", function()
   it("gives up with retry_on's second result as the reason", function()
     local log = {}
-    local r = pack(backoff.retry(backoff.constant { delay = 0, max_attempts = 9 },
+    local r = pack(backoff.retry(backoff.constant { delay = 0,
+      max_attempts = 9 },
       function() return nil, "bad request" end,
       hooks(log, { retry_on = function() return false, "not_idempotent" end
       })))
@@ -155,7 +156,8 @@ describe("backoff.retry's retry_on reason", function()
 
   it("keeps 'retry_on' when there is no second result", function()
     for _, second in ipairs { false, nil } do
-      local r = pack(backoff.retry(backoff.constant { delay = 0, max_attempts = 9 },
+      local r = pack(backoff.retry(backoff.constant { delay = 0,
+        max_attempts = 9 },
         function() return nil, "x" end,
         { retry_on = function() return nil, second end }))
       assert.equal("retry_on", r[3])

@@ -364,7 +364,8 @@ describe("a budget inside nginx", function()
   it("refuses a missing or misspelled shared, naming it and the cause",
      function()
     for _, c in ipairs(CTORS) do
-      for _, o in ipairs { false, {}, { shared = ngx.shared.retry_budgte },
+      local misspelled = rawget(_G, "ngx").shared.retry_budgte   -- nil
+      for _, o in ipairs { false, {}, { shared = misspelled },
                            { key = "api" } } do
         local ok, err = pcall(c[2], o or nil)
         assert.is_false(ok, c[1])

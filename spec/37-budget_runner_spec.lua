@@ -38,7 +38,8 @@ describe("the runner tells a budget about every attempt", function()
   it("records each failure before asking for the retry, then the "
      .. "success", function()
     local b = logger(10)
-    local r, n = backoff.retry(backoff.constant { delay = 0, max_attempts = 20 }, flaky(2),
+    local r, n = backoff.retry(backoff.constant { delay = 0,
+      max_attempts = 20 }, flaky(2),
       { budget = b, sleep = nosleep })
     assert.same({ "ok", 3 }, { r, n })
     assert.same({
@@ -50,7 +51,8 @@ describe("the runner tells a budget about every attempt", function()
 
   it("records a first-attempt success, and nothing else", function()
     local b = logger(10)
-    backoff.retry(backoff.constant { delay = 0, max_attempts = 20 }, flaky(0), { budget = b })
+    backoff.retry(backoff.constant { delay = 0,
+      max_attempts = 20 }, flaky(0), { budget = b })
     assert.same({ { "record", true, 1 } }, b.log)
   end)
 
@@ -75,7 +77,8 @@ describe("the runner tells a budget about every attempt", function()
   it("gives up with reason budget when withdraw refuses, recorded",
      function()
     local b = logger(1)
-    local r = { backoff.retry(backoff.constant { delay = 0, max_attempts = 20 }, flaky(5),
+    local r = { backoff.retry(backoff.constant { delay = 0,
+      max_attempts = 20 }, flaky(5),
       { budget = b, sleep = nosleep }) }
     assert.same({ nil, "e2", "budget" }, r)
     assert.same({
@@ -95,7 +98,8 @@ describe("the runner tells a budget about every attempt", function()
   it("does not record a failure that retry_on refuses (the caller's "
      .. "error, not the upstream's)", function()
     local b = logger(10)
-    local r = { backoff.retry(backoff.constant { delay = 0, max_attempts = 20 }, flaky(5), {
+    local r = { backoff.retry(backoff.constant { delay = 0,
+      max_attempts = 20 }, flaky(5), {
       budget = b, sleep = nosleep,
       retry_on = function(err) return err ~= "e2" end }) }
     assert.same({ nil, "e2", "retry_on" }, r)
