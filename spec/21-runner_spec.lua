@@ -608,8 +608,8 @@ describe("backoff.retry's hints (ropts.retry_after)", function()
     function()
       local asked, slept = {}, {}
       local r = backoff.retry(backoff.constant { delay = 0.1,
-        max_attempts = 5 },
-        function(n) if n < 3 then return nil, "e" .. n end return n end,
+        max_attempts = 5 }, function(n) if n < 3 then return nil,
+          "e" .. n end return n end,
         { sleep = function(d) slept[#slept + 1] = d end,
           retry_after = function(err, attempt)
             asked[#asked + 1] = { err, attempt }

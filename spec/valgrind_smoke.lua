@@ -85,12 +85,12 @@ end
 
 -- the runner, with and without yields
 local calls = 0
-local r = backoff.retry({ strategy = "constant", delay = 0,
-                          max_attempts = 5 }, function()
-  calls = calls + 1
-  if calls < 3 then error("flaky") end
-  return "done"
-end, { sleep = function() end, retry_raised = true })
+local r = backoff.retry({ strategy = "constant", delay = 0, max_attempts = 5 },
+  function()
+    calls = calls + 1
+    if calls < 3 then error("flaky") end
+    return "done"
+  end, { sleep = function() end, retry_raised = true })
 assert(r == "done")
 local co = coroutine.wrap(function()
   return backoff.retry(backoff.constant { delay = 0, max_attempts = 2 },
