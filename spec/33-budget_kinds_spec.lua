@@ -421,10 +421,10 @@ describe("a shared budget in a full dict", function()
     for j = i or 1, #logs do
       local l = logs[j]
       assert.equal(5, l.level)
-      local k = l.text:match("^backoff: the lua_shared_dict is full: "
-        .. "writing key '(.-)' evicted other keys %(budgets, breakers "
-        .. "and metrics lose their state%); give each of them its own, "
-        .. "larger lua_shared_dict$")
+      -- the words that matter, whatever else the line says
+      assert.matches("^backoff: the lua_shared_dict .*is full", l.text)
+      assert.matches("its own", l.text, 1, true)
+      local k = l.text:match(" key '(.-)' evicted other keys")
       assert.is_string(k, l.text)
       assert.is_nil(keys[k], "key logged twice: " .. k)
       keys[k] = true
