@@ -19,7 +19,6 @@
 #   make herd-reference  the herd re-run by an independent model (Python):
 #                        writes bench/results-herd-reference.md
 #   make ctest           C tests of the core (cmocka, ASan + UBSan)
-#   make ctest-budget    C tests of the budget core (cmocka, ASan + UBSan)
 #   make core-alone      the core compiled with no Lua headers
 #   make asan-busted     busted against an ASan + UBSan build (V, default 5.4)
 #   make valgrind        valgrind over spec/valgrind_smoke.lua (V, default 5.4)
@@ -83,8 +82,8 @@ WARN    := -std=c99 -pedantic -Wall -Wextra -Wshadow -Wundef -Wcast-qual \
            -Wdouble-promotion -Wdeclaration-after-statement
 BUILD   := build
 
-# The sources, in this one place: the core (no Lua; the retry budget is
-# part of it) is csrc/backoff*.c, the binding csrc/l*.c.  The rock is
+# The sources, in this one place: the core (no Lua) is csrc/backoff*.c,
+# the binding csrc/l*.c.  The rock is
 # built by this Makefile too (rock-build), so no other list exists.
 CORE_SRC    := $(sort $(wildcard csrc/backoff*.c))
 BINDING_SRC := $(sort $(wildcard csrc/l*.c))
@@ -155,7 +154,7 @@ PKGS_lint  := lua-check
 # every target (`make lint` checks that `make help` lists them all)
 TARGETS := all demo test install uninstall print help bench bench-nginx \
            bench-hedge \
-           outage herd-reference ctest ctest-budget core-alone asan-busted \
+           outage herd-reference ctest core-alone asan-busted \
            valgrind allocfail forged fuzz threads fresh-boot \
            busted-as-documented install-test docs-test rock-test lint clean \
            rock-build rock-install
@@ -370,7 +369,6 @@ test: deps-test $(foreach v,$(LUA_VERSIONS),$(call MODULE,$(v)))
 	@rm -rf $(TAP_DIR)
 	@$(SUITE) core-without-lua $(MAKE) -s core-alone
 	@$(SUITE) c-core $(MAKE) -s ctest
-	@$(SUITE) c-budget $(MAKE) -s ctest-budget
 	@for v in $(LUA_VERSIONS); do \
 	  case $$v in luajit) lua=luajit ;; *) lua=lua$$v ;; esac; \
 	  $(SUITE) busted-$$v $$lua $(BUSTED) \
@@ -418,15 +416,6 @@ $(BUILD)/test_backoff: spec/c/test_backoff.c $(CORE) | deps-ctest
 
 ctest: $(BUILD)/test_backoff
 	@CMOCKA_MESSAGE_OUTPUT=TAP $(BUILD)/test_backoff
-
-# C tests of the budget core (cmocka, TAP) under ASan and UBSan
-$(BUILD)/test_budget: spec/c/test_budget.c csrc/backoff_budget.c csrc/backoff_budget.h | deps-ctest
-	@mkdir -p $(@D)
-	$(CC) -O1 -g $(WARN) -Werror $(SANITIZE) -Icsrc -o $@ \
-	  spec/c/test_budget.c csrc/backoff_budget.c -lcmocka
-
-ctest-budget: $(BUILD)/test_budget
-	@CMOCKA_MESSAGE_OUTPUT=TAP $(BUILD)/test_budget
 
 # `busted` alone, as the README says to run it after `make`: .busted
 # names lua5.4 (Debian's `lua` may be 5.2, whose busted cannot load the

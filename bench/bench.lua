@@ -100,6 +100,22 @@ local cases = {
       local b = backoff.exponential(OPTS)
       for _ = 1, n do b:clone() end
     end },
+  -- the in-process token bucket (a Lua object over a dict of this Lua
+  -- state, the same code as the shared one): a retry paid (capacity
+  -- 2^40 tokens: never short here), the legacy deposit on a full budget
+  -- (added, then taken back), and the good day's record of a success
+  { "bud:withdraw() (token bucket)", base = "none", function(n)
+      local bud = backoff.budget { capacity = 2 ^ 40, cost = 1 }
+      for _ = 1, n do bud:withdraw() end
+    end },
+  { "bud:deposit() (token bucket, full)", base = "none", function(n)
+      local bud = backoff.budget {}
+      for _ = 1, n do bud:deposit() end
+    end },
+  { "bud:record(true) (token bucket, full)", base = "none", function(n)
+      local bud = backoff.budget {}
+      for _ = 1, n do bud:record(true) end
+    end },
 }
 
 -- The happy path and allocation rows, each divided by a

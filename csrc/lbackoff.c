@@ -19,7 +19,6 @@
 #include "lbackoff_methods.h"
 #include "lbackoff_object.h"
 #include "lbackoff_options.h"
-#include "lbudget.h"
 
 #define LBACKOFF_STATE "backoff.state"   /* registry: the lbackoff_state */
 
@@ -128,6 +127,5 @@ LBACKOFF_EXPORT int luaopen_backoff_core(lua_State *L) {
   lbackoff_push_ffi_token(L);
   lua_setfield(L, M, "_ffi_token");
   lua_settop(L, M);
-  lbackoff_open_budget(L);        /* backoff.core.budget */
   return 1;
 }

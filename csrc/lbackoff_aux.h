@@ -9,8 +9,8 @@
 **   lbackoff_aux      this file: compat, messages, counts
 **   lbackoff_env      the system: monotonic clock, sleep, seeds, forks
 **   lbackoff_object   the userdata of a backoff object, its state
-**   lbackoff_ffi, lbackoff_options, lbudget   features: the FFI step,
-**                     constructors and config(), retry budgets
+**   lbackoff_ffi, lbackoff_options   features: the FFI step,
+**                     constructors and config()
 **   lbackoff_methods  the methods of an object
 **   lbackoff          luaopen_backoff_core and the state's life cycle
 */

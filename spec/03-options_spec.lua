@@ -192,7 +192,7 @@ describe("options", function()
       function() return backoff.balancer(backoff.constant { delay = 0,
         max_attempts = 2 }, { [huge] = 1 }) end,
       function() return backoff.budget { shared = huge } end,
-      function() return backoff.budget { shared = {}, [huge] = 1 } end,
+      function() return backoff.budget { shared = false, [huge] = 1 } end,
     }
     for i, f in ipairs(calls) do
       local ok, err = pcall(f)

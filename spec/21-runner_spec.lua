@@ -755,9 +755,8 @@ describe("backoff.retry's budget (ropts.budget)", function()
     assert.same({ { "withdraw", 5 }, { "deposit", 5 } }, bud.log)
   end)
 
-  it("works with the C budget", function()
-    local bud = require("backoff.core").budget { capacity = 10, cost = 5,
-      refund = 1 }
+  it("works with the token bucket", function()
+    local bud = backoff.budget { capacity = 10, cost = 5, refund = 1 }
     local r = pack(backoff.retry(backoff.constant { delay = 0,
       max_attempts = 10 }, flaky(10),
       { sleep = nosleep, budget = bud }))

@@ -1,9 +1,9 @@
--- Retry budgets: the C one (backoff.core.budget) and the one shared
--- through an ngx.shared dict (lua/backoff/budget.lua), here over a fake
--- dict with lua-resty-core's incr/get semantics.
+-- The token bucket, backoff.budget: one object and one algorithm,
+-- in-process (a dict of this Lua state) and shared through an
+-- ngx.shared dict, here a fake one with lua-resty-core's incr/get
+-- semantics.
 
 local budget = require "backoff.budget"
-local core = require "backoff.core"
 
 -- a fake ngx.shared dict: incr(key, value, init) as lua-resty-core's
 -- (a missing key without init is "not found"; with init, it becomes
@@ -158,19 +158,54 @@ for _, kind in ipairs(kinds) do
 end
 
 describe("budget(opts)", function()
-  it("is the C userdata without shared, and refuses a non-table",
-     function()
+  it("is one kind of object in-process and shared, and refuses a "
+     .. "non-table", function()
     local b = budget { capacity = 7 }
-    assert.equal("userdata", type(b))
-    assert.equal(getmetatable(core.budget()), getmetatable(b))
+    local s = budget { capacity = 7, shared = fake_dict() }
+    assert.equal("table", type(b))
+    assert.equal(getmetatable(b), getmetatable(s))
+    assert.equal(getmetatable(b), getmetatable(budget.token_bucket()))
+    assert.equal(getmetatable(b), getmetatable(budget { shared = false }))
+    assert.equal("token_bucket", budget.kind(b))
+    assert.equal("token_bucket", budget.kind(s))
+    assert.is_nil(b:dict_key())
+    assert.equal("backoff:budget|t7.5.1", s:dict_key())
+    assert.equal("backoff.budget: 7/7 tokens (cost 5, refund 1)",
+                 tostring(b))
+    assert.equal("backoff.budget: shared 'backoff:budget|t7.5.1', 7/7 "
+                 .. "tokens (cost 5, refund 1)", tostring(s))
     assert.error_matches(function() budget(5) end,
       "backoff.budget: options must be a table (got number)", nil, true)
   end)
 
+  it("has one set of limits, in-process and shared: capacity up to "
+     .. "2^40, cost and refund up to 2^53", function()
+    for _, shared in ipairs { false, true } do
+      local function make(o)
+        if shared then o.shared = fake_dict() end
+        return budget(o)
+      end
+      local b = make { capacity = 2 ^ 40, cost = 2 ^ 53, refund = 2 ^ 53 }
+      assert.equal(2 ^ 40, b:tokens())
+      assert.is_false(b:withdraw())          -- cost above capacity
+      assert.is_true(b:withdraw(2 ^ 40))
+      assert.equal(0, b:tokens())
+      assert.equal(2 ^ 40, b:deposit())      -- refund 2^53, clamped
+      assert.error_matches(function() make { capacity = 2 ^ 40 + 1 } end,
+        "backoff.budget: option 'capacity' must be an integer >= 0 and "
+        .. "<= 2^40 (got 1099511627777", nil, true)
+      assert.error_matches(function() make { cost = 2 ^ 53 + 2 } end,
+        "option 'cost' must be an integer >= 0 and <= 2^53", nil, true)
+    end
+  end)
+
   it("checks shared and key", function()
     assert.error_matches(function() budget { shared = 5 } end,
-      "backoff.budget: option 'shared' must be an ngx.shared dict (got 5)",
-      nil, true)
+      "backoff.budget: option 'shared' must be an ngx.shared dict (got 5), "
+      .. "or false for one budget per worker", nil, true)
+    assert.error_matches(function() budget { shared = false, key = "k" }
+    end, "option 'shared' must be an ngx.shared dict (got false; option "
+      .. "'key' names a key in it, so it needs shared)", nil, true)
     assert.error_matches(function() budget { key = "k" } end,
       "option 'shared' must be an ngx.shared dict (got nil; option 'key' "
       .. "names a key in it, so it needs shared)", nil, true)

@@ -142,7 +142,7 @@ describe("backoff.balancer", function()
       assert.error_matches(function() balancer(nil) end,
         "bad argument #1 to 'balancer' (backoff object expected, got nil)",
         nil, true)
-      assert.error_matches(function() balancer(backoff.budget {}) end,
+      assert.error_matches(function() balancer(io.stdout) end,
         "bad argument #1 to 'balancer' (backoff object expected, got "
         .. "userdata)", nil, true)
       assert.error_matches(function() balancer({}) end,
@@ -242,7 +242,7 @@ describe("backoff.balancer", function()
                   { c.attempts, c.retries, c.giveups })
       -- a grpc budget loses one token for the one failure, not two
       new_request()
-      local g = budget.grpc { max_tokens = 10 }
+      local g = budget.grpc { max_tokens = 10, shared = false }
       opts = { budget = g }
       balancer(p, opts)
       balancer(p, opts)
@@ -397,7 +397,7 @@ describe("backoff.balancer", function()
 
     it("never lets more retries through than the budget had, however "
        .. "many requests are in flight", function()
-      local bud = budget { capacity = 20, cost = 5, refund = 0 }
+      local bud = budget { capacity = 20, cost = 5, refund = 0, shared = false }
       local p = backoff.constant { delay = 0, max_attempts = 4 }
       local ctxs, made, refused = {}, 0, 0
       for i = 1, 10 do                      -- ten first tries at once,
@@ -418,7 +418,7 @@ describe("backoff.balancer", function()
 
     it("pays each retry of a token bucket as it starts", function()
       local p = backoff.constant { delay = 0, max_attempts = 5 }
-      local bud = budget { capacity = 10, cost = 5 }
+      local bud = budget { capacity = 10, cost = 5, shared = false }
       balancer(p, { budget = bud })
       assert.equal(1, calls.more)
       assert.equal(10, bud:tokens())        -- nothing held by the grant
@@ -432,7 +432,8 @@ describe("backoff.balancer", function()
     it("deposits the legacy way without record: refund, or the cost of "
        .. "the retry that succeeded; nothing on failure", function()
       local p = backoff.constant { delay = 0, max_attempts = 10 }
-      local bud = budget { capacity = 100, cost = 5, refund = 1 }
+      local bud = budget { capacity = 100, cost = 5, refund = 1,
+                        shared = false }
       bud:withdraw(50)                      -- 50
       local opts = { budget = bud }
       balancer(p, opts)
@@ -466,7 +467,7 @@ describe("backoff.balancer", function()
         log_phase(status)
         balancer.done({ budget = bud })
         assert.equal(n, #bud.log)
-        local tb = budget { capacity = 100, cost = 5 }
+        local tb = budget { capacity = 100, cost = 5, shared = false }
         tb:withdraw(50)
         new_request()
         balancer(p, { budget = tb })

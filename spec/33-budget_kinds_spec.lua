@@ -376,3 +376,105 @@ describe("budget.ratio's window", function()
     assert.equal(0, b:tokens())
   end)
 end)
+
+-- A full lua_shared_dict makes room on incr by evicting other keys, and
+-- says so in incr's third result (`forcible`).  Every incr of the
+-- budgets goes through util.incr, which logs it at WARN (ngx.log), once
+-- per key and minute: a budget drained to 0 that comes back full after
+-- an eviction is no longer silent.
+describe("a shared budget in a full dict", function()
+  local saved, logs, now
+  before_each(function()
+    saved = rawget(_G, "ngx")
+    logs, now = {}, 5000
+    rawset(_G, "ngx", { WARN = 5, now = function() return now end,
+      log = function(level, ...)
+        logs[#logs + 1] = { level = level, text = table.concat { ... } }
+      end })
+  end)
+  after_each(function() rawset(_G, "ngx", saved) end)
+
+  -- the fake dict, whose incr reports evictions while d.full is set
+  local function full_dict()
+    local d = new_dict()
+    local incr = d.incr
+    function d.incr(self, ...)
+      local v, err = incr(self, ...)
+      return v, err, v ~= nil and self.full or false
+    end
+    d.full = true
+    return d
+  end
+
+  -- each kind's calls that write: a request failed, then a retry paid,
+  -- then succeeded (the windowed kinds write a slice per call)
+  local function drive(b)
+    b:record(false, 1)
+    b:withdraw()
+    b:record(true, 2)
+    b:deposit(1)
+  end
+
+  -- the keys named in the log lines since index i
+  local function logged_keys(i)
+    local keys = {}
+    for j = i or 1, #logs do
+      local l = logs[j]
+      assert.equal(5, l.level)
+      -- the words that matter, whatever else the line says
+      assert.matches("^backoff: the lua_shared_dict .*is full", l.text)
+      assert.matches("its own", l.text, 1, true)
+      local k = l.text:match(" key '(.-)' evicted other keys")
+      assert.is_string(k, l.text)
+      assert.is_nil(keys[k], "key logged twice: " .. k)
+      keys[k] = true
+    end
+    return keys
+  end
+
+  for _, kind in ipairs(KINDS) do
+    it(kind.name .. ": warns once per key and minute, and still counts",
+       function()
+      local w = world()
+      local d = full_dict()
+      local b = kind.make({}, d, w)
+      drive(b)
+      local keys = logged_keys()
+      assert.is_true(#logs >= 1, "no warning")
+      -- every key written was named, and only those
+      local written = 0
+      for k in pairs(d.data) do
+        written = written + 1
+        assert.is_true(keys[k], "not logged: " .. k)
+      end
+      assert.equal(written, #logs)
+      -- within the minute (the clocks move, the slices stay): no repeat
+      local n = #logs
+      now, w.t = now + 59, w.t + 0.001
+      drive(b)
+      assert.equal(n, #logs)
+      -- a minute later, the keys written again are named again
+      now = now + 1
+      drive(b)
+      assert.is_true(#logs > n)
+      logged_keys(n + 1)
+      -- the budget still works: its state is where the dict has it
+      local t = b:tokens()
+      assert.is_true(t >= 0 and t < math.huge)
+    end)
+
+    it(kind.name .. ": says nothing while the dict has room", function()
+      local d = full_dict()
+      d.full = false
+      drive(kind.make({}, d))
+      assert.equal(0, #logs)
+    end)
+  end
+
+  it("logs nothing for a budget of one Lua state", function()
+    for _, kind in ipairs(KINDS) do
+      drive(kind.make({}, nil))
+    end
+    assert.equal(0, #logs)
+  end)
+end)

@@ -339,3 +339,94 @@ describe("a foreign number in range under a shared key", function()
       end
     end)
 end)
+
+-- Inside nginx a budget kept by one worker counts one worker: a host of
+-- N workers would retry N times what it says.  So there, `shared` is
+-- required (a misspelled ngx.shared.NAME is nil too), unless it is
+-- false: one budget per worker, asked for on purpose.
+describe("a budget inside nginx", function()
+  local CTORS = {
+    { "backoff.budget", budget }, { "backoff.budget", budget.token_bucket },
+    { "backoff.budget.grpc", budget.grpc },
+    { "backoff.budget.earned", budget.earned },
+    { "backoff.budget.recommended", budget.recommended },
+    { "backoff.budget.ratio", budget.ratio },
+    { "backoff.budget.adaptive", budget.adaptive },
+  }
+  local saved
+  before_each(function()
+    saved = rawget(_G, "ngx")
+    rawset(_G, "ngx", { get_phase = function() return "init" end,
+                        shared = {} })
+  end)
+  after_each(function() rawset(_G, "ngx", saved) end)
+
+  it("refuses a missing or misspelled shared, naming it and the cause",
+     function()
+    for _, c in ipairs(CTORS) do
+      local misspelled = rawget(_G, "ngx").shared.retry_budgte   -- nil
+      for _, o in ipairs { false, {}, { shared = misspelled },
+                           { key = "api" } } do
+        local ok, err = pcall(c[2], o or nil)
+        assert.is_false(ok, c[1])
+        assert.matches(c[1] .. ": option 'shared' must be an ngx.shared "
+          .. "dict inside nginx (got nil: a lua_shared_dict's name "
+          .. "misspelled in ngx.shared.NAME gives nil too); without it "
+          .. "each worker keeps its own budget, and a host of N workers "
+          .. "acts N times over; shared = false asks for that on purpose",
+          err, 1, true)
+      end
+    end
+  end)
+
+  it("refuses what is not a dict", function()
+    for _, c in ipairs(CTORS) do
+      for _, d in ipairs { 5, "retry_budget", {}, { incr = 1, get = 2 },
+                           true } do
+        local ok, err = pcall(c[2], { shared = d })
+        assert.is_false(ok, c[1])
+        assert.matches(c[1] .. ": option 'shared' must be an ngx.shared "
+          .. "dict (got ", err, 1, true)
+        assert.matches("or false for one budget per worker", err, 1, true)
+      end
+    end
+  end)
+
+  it("raises at the caller's line", function()
+    local line = debug.getinfo(1, "l").currentline + 1
+    local ok, err = pcall(function() budget.recommended() end)
+    assert.is_false(ok)
+    assert.matches(":" .. line .. ":", err, 1, true)
+  end)
+
+  it("takes a dict, or shared = false for one per worker", function()
+    for _, c in ipairs(CTORS) do
+      local d = new_dict()
+      local b = c[2] { shared = d, clock = c[1]:find("earned")
+                       and clock or nil }
+      assert.is_string(b:dict_key(), c[1])
+      local w = c[2] { shared = false }
+      assert.is_true(w:allows(0) or w:tokens() >= 0)
+      -- a worker's own: no dict, so key makes no sense
+      local ok, err = pcall(c[2], { shared = false, key = "api" })
+      assert.is_false(ok)
+      assert.matches("option 'shared' must be an ngx.shared dict (got "
+        .. "false; option 'key' names a key in it, so it needs shared)",
+        err, 1, true)
+    end
+  end)
+
+  it("keeps per process outside nginx, where no dict is needed",
+     function()
+    rawset(_G, "ngx", saved)
+    for _, c in ipairs(CTORS) do
+      local b = c[2]()
+      assert.is_true(b:withdraw(0))
+      local ok, err = pcall(c[2], { key = "api" })
+      assert.is_false(ok)
+      assert.matches("option 'shared' must be an ngx.shared dict (got "
+        .. "nil; option 'key' names a key in it, so it needs shared)",
+        err, 1, true)
+    end
+  end)
+end)

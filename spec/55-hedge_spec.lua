@@ -345,12 +345,17 @@ describe("backoff.hedge", function()
       end)
 
     it("a budget of any kind that refuses stops hedging", function()
+      -- (per worker on purpose: the fake nginx has no shared dict)
+      local f = false
       local kinds = {
-        token_bucket = budget.token_bucket { capacity = 3, cost = 1 },
-        ratio = budget.ratio { percent = 10, clock = fake.clock },
-        earned = budget.earned { capacity = 2, clock = fake.clock },
-        grpc = budget.grpc { max_tokens = 4, token_ratio = 0.1 },
-        adaptive = budget.adaptive { k = 1.01, clock = fake.clock },
+        token_bucket = budget.token_bucket { capacity = 3, cost = 1,
+                                             shared = f },
+        ratio = budget.ratio { percent = 10, clock = fake.clock, shared = f },
+        earned = budget.earned { capacity = 2, clock = fake.clock,
+                                 shared = f },
+        grpc = budget.grpc { max_tokens = 4, token_ratio = 0.1, shared = f },
+        adaptive = budget.adaptive { k = 1.01, clock = fake.clock,
+                                     shared = f },
       }
       for kind, b in pairs(kinds) do
         -- made to refuse: the counting kinds by withdrawals, the kinds
@@ -380,8 +385,10 @@ describe("backoff.hedge", function()
         local n = 100
         local cases = {
           { budget.ratio { percent = 10, min_per_second = 0, ttl = 60,
-                           clock = fake.clock }, n / 10, "ratio" },
-          { budget.token_bucket { capacity = 10, cost = 5, refund = 1 },
+                           clock = fake.clock, shared = false }, n / 10,
+            "ratio" },
+          { budget.token_bucket { capacity = 10, cost = 5, refund = 1,
+                                  shared = false },
             (10 + n) / 5, "token bucket" },
         }
         for _, c in ipairs(cases) do

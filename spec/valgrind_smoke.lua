@@ -101,6 +101,18 @@ co() co() co()
 local x, err, reason = co()
 assert(x == nil and err == "no" and reason == "max_attempts", reason)
 
+-- the token bucket (Lua over a dict of this state) through the runner
+local bud = backoff.budget { capacity = 10, cost = 5 }
+calls = 0
+r = backoff.retry(backoff.constant { delay = 0, max_attempts = 5 },
+  function()
+    calls = calls + 1
+    if calls < 2 then return nil, "flaky" end
+    return "done"
+  end, { sleep = function() end, budget = bud })
+assert(r == "done" and bud:tokens() == 10, tostring(bud))
+assert(bud:withdraw() and bud:withdraw() and not bud:withdraw())
+
 for _ = 1, 200 do
   backoff.constant { delay = 1, clock = function() return 0 end }:clone()
 end

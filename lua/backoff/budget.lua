@@ -15,43 +15,40 @@
 -- drive them alike.  The modules under lua/backoff/budget/ hold the
 -- kinds; they share backoff.budget.common and never require this file.
 
-local C = require "backoff.budget.common"
+local check = require "backoff.check"
+local util = require "backoff.util"
 local token = require "backoff.budget.token"
 local grpc = require "backoff.budget.grpc"
 local earned = require "backoff.budget.earned"
 local ratio = require "backoff.budget.ratio"
 local adaptive = require "backoff.budget.adaptive"
 
-local error, getmetatable, pairs, setmetatable, type =
-      error, getmetatable, pairs, setmetatable, type
+local getmetatable, next, setmetatable, type =
+      getmetatable, next, setmetatable, type
 
 local M = {}
 
--- each constructor raises at its caller (3: the caller of the wrapper)
-function M.token_bucket(opts) return (token.new(opts, 3)) end
-function M.grpc(opts) return (grpc.new(opts, 3)) end
-function M.earned(opts) return (earned.new(opts, 3)) end
-function M.ratio(opts) return (ratio.new(opts, 3)) end
-function M.adaptive(opts) return (adaptive.new(opts, 3)) end
+-- each constructor raises at its caller (backoff.check finds the line)
+function M.token_bucket(opts) return (token.new(opts)) end
+function M.grpc(opts) return (grpc.new(opts)) end
+function M.earned(opts) return (earned.new(opts)) end
+function M.ratio(opts) return (ratio.new(opts)) end
+function M.adaptive(opts) return (adaptive.new(opts)) end
 
 -- The recommended setting (doc/budget.md, "The recommended setting"):
 -- earned{} with its defaults; opts: shared, key and clock only.
 local REC = "backoff.budget.recommended"
 function M.recommended(opts)
-  if opts ~= nil then
-    if type(opts) ~= "table" then
-      error(REC .. ": options must be a table (got " .. type(opts) .. ")",
-            2)
-    end
-    for k in pairs(opts) do
+  if type(opts) == "table" then
+    for k in next, opts do              -- raw: no metamethod of opts runs
       if k ~= "shared" and k ~= "key" and k ~= "clock" then
-        error(REC .. ": unknown option " .. C.repr(k) .. " (it takes "
-              .. "shared, key and clock; tune backoff.budget.earned "
-              .. "instead)", 2)
+        check.raise(REC .. ": unknown option " .. util.repr(k) .. " (it "
+          .. "takes shared, key and clock; tune backoff.budget.earned "
+          .. "instead)")
       end
     end
   end
-  return (earned.new(opts, 3, REC))
+  return (earned.new(opts, REC))
 end
 
 -- Is err a timeout?  The string "timeout" (cosockets, lua-resty-http),
@@ -77,7 +74,7 @@ end
 
 -- the metatables of the kinds: is v a budget of this module?
 local kinds = {
-  [token.metatable] = "token_bucket", [token.Shared] = "token_bucket",
+  [token.metatable] = "token_bucket",
   [grpc.metatable] = "grpc", [earned.metatable] = "earned",
   [ratio.metatable] = "ratio", [adaptive.metatable] = "adaptive",
 }
@@ -87,5 +84,5 @@ end
 
 -- budget(opts) is the token bucket, as before
 return setmetatable(M, { __call = function(_, opts)
-  return (token.new(opts, 3))
+  return (token.new(opts))
 end })

@@ -101,12 +101,16 @@ function M.count(o)
       o.max_text or (hi == 2 ^ 53 and "2^53" or num(hi))) }
 end
 
---- a finite number; min/max inclusive unless open_min/open_max
+--- a finite number; min/max inclusive unless open_min/open_max (max_text:
+-- the bound as the message says it, "2^20")
 function M.number(o)
   local lo, hi = o.min, o.max
   local parts = {}
   if lo then parts[#parts + 1] = (o.open_min and "> " or ">= ") .. num(lo) end
-  if hi then parts[#parts + 1] = (o.open_max and "< " or "<= ") .. num(hi) end
+  if hi then
+    parts[#parts + 1] = (o.open_max and "< " or "<= ") .. (o.max_text
+                                                          or num(hi))
+  end
   local text = (lo and hi) and "a number " or "a finite number "
   return { default = o.default,
     test = function(v)
@@ -166,7 +170,14 @@ function M.shared(what)
   return { shared = true, what = what,
     test = function(v) return v == false or util.is_dict(v) end,
     text = "an ngx.shared dict (lua_shared_dict), or false for one per "
-           .. "worker" }
+           .. "worker",
+    -- "must be an ngx.shared dict (got 5)" first, as the budgets have
+    -- always said it, then the way out
+    fail = function(ctor, name, v)
+      raise(("%s: option '%s' must be an ngx.shared dict (got %s), or "
+        .. "false for one %s per worker"):format(ctor, tostring(name),
+        repr(v), what))
+    end }
 end
 
 -- the shared rule's verdict on nil: nothing outside nginx, an error in it

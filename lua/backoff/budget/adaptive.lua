@@ -21,6 +21,7 @@
 -- so a lower refusal probability.
 
 local C = require "backoff.budget.common"
+local rule = require "backoff.check"  -- the option rules
 local W = require "backoff.budget.window"
 local core = require "backoff.core"
 
@@ -143,26 +144,23 @@ function Adaptive:__tostring()
     C.num(self.k_), C.num(self.window_))
 end
 
-local RULES = {
-  k = C.number_rule(2, 0, 1000, true, "a number > 0 and <= 1000"),
-  window = C.number_rule(120, 1, 86400, false,
-    "a number >= 1 and <= 86400"),
-  clock = C.function_rule(nil),
-  random = C.function_rule(nil),
-}
-local EXTRA = { shared = true, key = true }
+local options = rule.options(CTOR, {
+  k = rule.number{ default = 2, min = 0, open_min = true, max = 1000 },
+  window = rule.number{ default = 120, min = 1, max = 86400 },
+  clock = rule.fn(),
+  random = rule.fn(),
+  shared = rule.shared("budget"),
+}, { key = true })
 
 -- adaptive(opts) -> the throttle; opts: k (2), window (120 s), clock
 -- (backoff.now), random (math.random), shared, key
-local function new(opts, level)
-  level = level or 2          -- the caller's frame, from here
-  local o = C.options(CTOR, opts, RULES, EXTRA, level + 1)
+local function new(opts)
+  local o = options(opts)
   local self = { k_ = o.k, window_ = o.window, grants = 0,
     random = o.random or math.random }
   local clock = o.clock or core.now
-  if o.shared ~= nil or o.key ~= nil then
-    self.key, self.dkey = C.shared_key(CTOR, o, "s",
-      { o.window }, level + 1)
+  if o.shared or o.key ~= nil then
+    self.key, self.dkey = C.shared_key(CTOR, o, "s", { o.window })
     self.win = W.dict(CTOR, o.window, 10, clock, o.shared, self.dkey)
     self.shared = true
   else

@@ -1,34 +1,42 @@
 -- backoff.budget.common: what every budget kind shares (the bottom
--- layer of lua/backoff/budget/*.lua; it requires only backoff.core).
+-- layer of lua/backoff/budget/*.lua; it requires only backoff.util and
+-- backoff.check).  Options are checked by backoff.check (one wording for
+-- the whole library); here:
 --
--- * option tables checked against a spec, with one message style:
---     backoff.budget.grpc: option 'max_tokens' must be a number > 0
---     and <= 1000 (got nan)
--- * method arguments checked with the C budget's style:
+-- * method arguments checked in lauxlib's style:
 --     bad argument #1 to 'withdraw' (cost must be an integer >= 0 and
 --     <= 2^53 (got -1))
 -- * self checks: calling 'withdraw' on bad self (backoff.budget.grpc
 --   expected, got table)
 -- * the shared counter: an integer in an ngx.shared dict changed by
---   dict:incr only (see the interleaving notes in doc/budget.md), with
---   the checks that treat a foreign value as corrupt.
+--   dict:incr only, through util.incr, which warns when a full dict
+--   evicted other keys (see the interleaving notes in doc/budget.md),
+--   with the checks that treat a foreign value as corrupt;
+-- * the mini dict: the same calls on a table of this Lua state, for the
+--   in-process budgets (one code path for both).
 --
 -- Everything raises before it changes anything: a bad argument leaves
 -- the budget as it was.
 
-local core = require "backoff.core"
+local util = require "backoff.util"
+local check = require "backoff.check"
 
-local error, floor, getmetatable, ipairs, pairs, rawget, rawset,
-      setmetatable, tostring, type = error, math.floor, getmetatable,
-      ipairs, pairs, rawget, rawset, setmetatable, tostring, type
+local error, floor, getmetatable, ipairs, setmetatable, tostring, type =
+      error, math.floor, getmetatable, ipairs, setmetatable, tostring, type
 local huge = math.huge
-local repr = core._repr
+local repr = util.repr
+local incr = util.incr
 
 local C = {}
 
 C.repr = repr
+-- dict:incr(key, n, init, ttl) with a warning when it evicted other keys
+-- (a full lua_shared_dict): every incr of the budgets goes through it
+C.incr = incr
 C.MAX = 9007199254740992             -- 2^53: every count is at most this
-C.SHARED_MAX = 1099511627776         -- 2^40: a shared capacity's bound
+-- 2^40: the token bucket's capacity, in-process and shared alike (a
+-- shared counter may reach (SPAN + 1) capacities: below 2^53, exact)
+C.CAPACITY_MAX = 1099511627776
 -- a shared counter never legitimately leaves [-SPAN*cap, (SPAN+1)*cap]:
 -- every amount is clamped to cap and each of at most SPAN workers has
 -- at most one incr not yet taken back (see counter_ok)
@@ -57,75 +65,12 @@ function C.milli_text(v)
 end
 
 ------------------------------------------------------------------------
--- options
-
--- rules: name -> { check = function(v) -> ok, rule = "text", default }
--- ctor: "backoff.budget.grpc" (for messages).  Returns a table of every
--- option, defaults filled in; `extra` names the options handled by the
--- caller (shared, key, ...), copied as they are.  Raises at `level`
--- (of the stack as error() counts it from here).
-function C.options(ctor, opts, rules, extra, level)
-  if opts == nil then opts = {} end
-  if type(opts) ~= "table" then
-    error(ctor .. ": options must be a table (got " .. type(opts) .. ")",
-          level)
-  end
-  local out = {}
-  for k, v in pairs(opts) do
-    local r = rules[k]
-    if r then
-      if not r.check(v) then
-        error(("%s: option '%s' must be %s (got %s)"):format(ctor, k,
-              r.rule, repr(v)), level)
-      end
-      out[k] = v
-    elseif extra and extra[k] then
-      out[k] = v
-    else
-      error(ctor .. ": unknown option " .. repr(k), level)
-    end
-  end
-  for k, r in pairs(rules) do
-    if out[k] == nil then out[k] = r.default end
-  end
-  return out
-end
-
--- rule makers
-function C.count_rule(default, max, max_text)
-  max = max or C.MAX
-  return { default = default,
-    check = function(v) return is_count(v) and v <= max end,
-    rule = "an integer >= 0 and <= "
-           .. (max_text or max == C.MAX and "2^53" or num(max)) }
-end
-
--- a number in (lo, hi] (lo_open) or [lo, hi]
-function C.number_rule(default, lo, hi, lo_open, text)
-  return { default = default,
-    check = function(v)
-      if type(v) ~= "number" or v ~= v or v == huge or v == -huge then
-        return false
-      end
-      if lo_open then return v > lo and v <= hi end
-      return v >= lo and v <= hi
-    end,
-    rule = text }
-end
-
-function C.function_rule(default)
-  return { default = default,
-    check = function(v) return type(v) == "function" end,
-    rule = "a function" }
-end
-
-------------------------------------------------------------------------
 -- methods
 
 -- Raise like luaL_argerror for argument n (counted after self) of the
 -- method two levels up (the caller of the function calling this): as
 -- lauxlib numbers them, self counts when the method was not called
--- with a colon (pcall(b.withdraw, b, x) says #2, as the C budget).
+-- with a colon (pcall(b.withdraw, b, x) says #2, as the C methods do).
 local getinfo = debug.getinfo
 local function argerror(n, method, msg)
   local info = getinfo(3, "n")
@@ -214,31 +159,24 @@ end
 ------------------------------------------------------------------------
 -- the shared dict
 
-function C.is_dict(v)
-  local t = type(v)
-  return (t == "table" or t == "userdata") and type(v.incr) == "function"
-    and type(v.get) == "function"
-end
-
 -- shared (an ngx.shared dict) and key (default backoff:budget) from the
 -- options, checked; the dict key of this configuration: key, "|", the
 -- kind's letter and every option that shapes the shared state (short:
 -- C.short, "." between), so that two budgets share a counter only when
--- they agree on all of them.  Raises at
--- `level` (as error() counts it from here).
-function C.shared_key(ctor, o, kind, parts, level)
-  if not C.is_dict(o.shared) then
-    -- key alone: the key names a counter in a dict, so say which is
-    -- missing rather than only that nil is no dict
-    error(ctor .. ": option 'shared' must be an ngx.shared dict (got "
-          .. repr(o.shared) .. (o.shared == nil and "; option 'key' names "
-          .. "a key in it, so it needs shared" or "") .. ")", level)
+-- they agree on all of them.  Raises at the constructor's caller.
+function C.shared_key(ctor, o, kind, parts)
+  if not util.is_dict(o.shared) then
+    -- key without a dict (nil, or false: per worker): the key names a
+    -- counter in a dict, so say which is missing rather than only that
+    -- nil is no dict
+    check.raise(ctor .. ": option 'shared' must be an ngx.shared dict "
+      .. "(got " .. repr(o.shared) .. "; option 'key' names a key in it, "
+      .. "so it needs shared)")
   end
   local key = o.key
   if key == nil then key = C.DEFAULT_KEY end
   if type(key) ~= "string" or key == "" then
-    error(ctor .. ": option 'key' must be a non-empty string (got "
-          .. repr(key) .. ")", level)
+    check.fail(ctor, "key", "a non-empty string", key)
   end
   local p = {}
   for i, v in ipairs(parts) do p[i] = C.short(v) end
@@ -268,7 +206,8 @@ end
 -- (a string, NaN, an infinity, a fraction, a huge number) is corrupt.
 local SPAN = C.SPAN
 local function counter_ok(v, cap)
-  return type(v) == "number" and v == floor(v)
+  -- v % 1: whole numbers without a call (NaN and infinities give NaN)
+  return type(v) == "number" and v % 1 == 0
     and v >= -SPAN * cap and v <= (SPAN + 1) * cap
 end
 C.counter_ok = counter_ok
@@ -285,13 +224,13 @@ end
 -- take back at once what went above cap.  Returns the counter after,
 -- or nil, err (dict error or corrupt value).
 function C.add(dict, dkey, n, cap, init)
-  local r, err = dict:incr(dkey, n, init)
+  local r, err = incr(dict, dkey, n, init)
   if not r then return nil, err end
   if not counter_ok(r, cap) then return nil, C.corrupt(dict, dkey, r) end
   if r > cap then
     local e = r - cap
     if e > n then e = n end
-    r, err = dict:incr(dkey, -e, init)
+    r, err = incr(dict, dkey, -e, init)
     if not r then return nil, err end
     if not counter_ok(r, cap) then return nil, C.corrupt(dict, dkey, r) end
   end
@@ -301,7 +240,7 @@ end
 -- Take c (0 < c <= cap) if it leaves the counter >= floor_; else give
 -- it back (through add) and refuse.  Returns true, or false [, err].
 function C.take(dict, dkey, c, cap, init, floor_)
-  local r, err = dict:incr(dkey, -c, init)
+  local r, err = incr(dict, dkey, -c, init)
   if not r then return false, err end
   if not counter_ok(r, cap) then return false, C.corrupt(dict, dkey, r) end
   if r >= floor_ then return true end
@@ -323,13 +262,13 @@ end
 -- incr(-n); if r < 0 then incr(min(n, -r)).  The counter after, or
 -- nil, err.
 function C.sub_floor(dict, dkey, n, cap, init)
-  local r, err = dict:incr(dkey, -n, init)
+  local r, err = incr(dict, dkey, -n, init)
   if not r then return nil, err end
   if not counter_ok(r, cap) then return nil, C.corrupt(dict, dkey, r) end
   if r < 0 then
     local e = -r
     if e > n then e = n end
-    r, err = dict:incr(dkey, e, init)
+    r, err = incr(dict, dkey, e, init)
     if not r then return nil, err end
     if not counter_ok(r, cap) then return nil, C.corrupt(dict, dkey, r) end
   end
@@ -338,18 +277,20 @@ end
 
 -- A dict of one Lua state, for the in-process budgets: the same calls
 -- as an ngx.shared dict (incr with init, get, delete), so that one code
--- path serves both.  Nothing else can write it.
+-- path serves both.  Nothing else can write it.  The values are in a
+-- table of their own (v), so that no key can meet a method's name.
 local Mini = {}
 Mini.__index = Mini
 function Mini:incr(key, value, init)
-  local v = rawget(self, key)
+  local values = self.v
+  local v = values[key]
   if v == nil then v = init end
   v = v + value
-  self[key] = v
+  values[key] = v
   return v
 end
-function Mini:get(key) return rawget(self, key) end
-function Mini:delete(key) rawset(self, key, nil) end
-function C.mini_dict() return setmetatable({}, Mini) end
+function Mini:get(key) return self.v[key] end
+function Mini:delete(key) self.v[key] = nil end
+function C.mini_dict() return setmetatable({ v = {} }, Mini) end
 
 return C

@@ -55,6 +55,7 @@
 -- failure or withdrawal ends the shortcut at once.
 
 local C = require "backoff.budget.common"
+local rule = require "backoff.check"  -- the option rules
 local core = require "backoff.core"
 
 local floor, getmetatable, rawget, setmetatable, type =
@@ -96,7 +97,7 @@ end
 local function put(self, i, u)
   if self.shared then
     local dict, k = self.dict, self.dkey .. ":" .. short(i)
-    local r, err = dict:incr(k, u, 0, self.ttl)
+    local r, err = C.incr(dict, k, u, 0, self.ttl)
     if not r then return nil, err end
     if not ok_count(r) then return nil, C.corrupt(dict, k, r) end
   else
@@ -329,20 +330,30 @@ function Earned:__tostring()
 end
 
 local RULES = {
-  capacity = C.count_rule(8, 2 ^ 30, "2^30"),
-  cost = C.count_rule(1),
-  earn = C.number_rule(6, 0, 1000, false, "a number >= 0 and <= 1000"),
-  window = C.number_rule(200, 1, 2 ^ 20, false,
-    "a number >= 1 and <= 2^20"),
-  throttle_cost = C.count_rule(nil),
-  per_request = C.number_rule(0.08, 0, 1000, false,
-    "a number >= 0 and <= 1000"),
-  per_failure = C.number_rule(2, 0, 1000, false,
-    "a number >= 0 and <= 1000"),
-  span = C.count_rule(10, 3600),
-  clock = C.function_rule(nil),
+  capacity = rule.count{ default = 8, max = 2 ^ 30, max_text = "2^30" },
+  cost = rule.count{ default = 1 },
+  earn = rule.number{ default = 6, min = 0, max = 1000 },
+  window = rule.number{ default = 200, min = 1, max = 2 ^ 20,
+                         max_text = "2^20" },
+  throttle_cost = rule.count{},
+  per_request = rule.number{ default = 0.08, min = 0, max = 1000 },
+  per_failure = rule.number{ default = 2, min = 0, max = 1000 },
+  span = rule.count{ default = 10, max = 3600 },
+  clock = rule.fn(),
+  shared = rule.shared("budget"),
 }
-local EXTRA = { shared = true, key = true }
+local EXTRA = { key = true }
+-- a checker per name the options are checked under (this kind's, and
+-- backoff.budget.recommended's)
+local checkers = {}
+local function options(ctor, opts)
+  local f = checkers[ctor]
+  if f == nil then
+    f = rule.options(ctor, RULES, EXTRA)
+    checkers[ctor] = f
+  end
+  return f(opts)
+end
 
 -- the default clock: ngx.now inside nginx (every worker reads the same
 -- one), backoff.now outside
@@ -357,10 +368,9 @@ end
 -- earned(opts) -> the budget; opts: capacity (8), cost (1), earn (6),
 -- window (200), throttle_cost (capacity + 1), per_request (0.08), span
 -- (10), clock (ngx.now in nginx, else backoff.now), shared, key
-local function new(opts, level, ctor)
-  level = level or 2          -- the caller's frame, from here
+local function new(opts, ctor)
   ctor = ctor or CTOR
-  local o = C.options(ctor, opts, RULES, EXTRA, level + 1)
+  local o = options(ctor, opts)
   local cap = o.capacity * 1000
   local least = o.cost * 1000
   if least > cap then least = cap end
@@ -380,9 +390,9 @@ local function new(opts, level, ctor)
     self.ttl = o.span + self.len
     self.clock = o.clock or default_clock()
   end
-  if o.shared ~= nil or o.key ~= nil then
+  if o.shared or o.key ~= nil then
     self.key, self.dkey = C.shared_key(ctor, o, "e",
-      { o.capacity, self.earn_, self.ureq, ufail, o.span }, level + 1)
+      { o.capacity, self.earn_, self.ureq, ufail, o.span })
     self.dict, self.shared = o.shared, true
   else
     self.dict, self.dkey = C.mini_dict(), "tokens"

@@ -19,6 +19,7 @@
 -- amounts in flight); withdraw, allows and tokens read it clamped.
 
 local C = require "backoff.budget.common"
+local rule = require "backoff.check"  -- the option rules
 
 local floor, getmetatable, setmetatable = math.floor, getmetatable,
                                           setmetatable
@@ -113,26 +114,22 @@ function Grpc:__tostring()
     C.milli_text(self.ratio))
 end
 
-local RULES = {
-  max_tokens = { default = 10, rule = "an integer > 0 and <= 1000",
-    check = function(v)
-      return C.is_count(v) and v > 0 and v <= 1000
-    end },
-  token_ratio = C.number_rule(0.1, 0, 1000, true,
-    "a number > 0 and <= 1000"),
-}
-local EXTRA = { shared = true, key = true }
+local options = rule.options(CTOR, {
+  max_tokens = rule.count{ default = 10, min = 1, max = 1000,
+                            text = "an integer > 0 and <= 1000" },
+  token_ratio = rule.number{ default = 0.1, min = 0, open_min = true,
+                              max = 1000 },
+  shared = rule.shared("budget"),
+}, { key = true })
 
 -- grpc(opts) -> an A6 throttle; opts: max_tokens (10), token_ratio
 -- (0.1), shared, key
-local function new(opts, level)
-  level = level or 2          -- the caller's frame, from here
-  local o = C.options(CTOR, opts, RULES, EXTRA, level + 1)
+local function new(opts)
+  local o = options(opts)
   local max, ratio = o.max_tokens * 1000, floor(o.token_ratio * 1000 + 0.5)
   local self = { max = max, half = floor(max / 2), ratio = ratio }
-  if o.shared ~= nil or o.key ~= nil then
-    self.key, self.dkey = C.shared_key(CTOR, o, "g", { max, ratio },
-                                       level + 1)
+  if o.shared or o.key ~= nil then
+    self.key, self.dkey = C.shared_key(CTOR, o, "g", { max, ratio })
     self.dict, self.shared = o.shared, true
   else
     self.dict, self.dkey = C.mini_dict(), "tokens"

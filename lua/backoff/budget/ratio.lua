@@ -23,6 +23,7 @@
 -- (more, within the reserve and the window's requests).
 
 local C = require "backoff.budget.common"
+local rule = require "backoff.check"  -- the option rules
 local W = require "backoff.budget.window"
 local core = require "backoff.core"
 
@@ -129,23 +130,22 @@ function Ratio:__tostring()
     C.num(self.percent_), C.num(self.ttl_), C.num(self.min_))
 end
 
-local RULES = {
-  ttl = C.number_rule(10, 1, 60, false, "a number >= 1 and <= 60"),
-  percent = { default = 20, rule = "0 or a number >= 0.01 and <= 100000",
-    check = function(v)
+local options = rule.options(CTOR, {
+  ttl = rule.number{ default = 10, min = 1, max = 60 },
+  percent = rule.custom("0 or a number >= 0.01 and <= 100000",
+    function(v)
       return type(v) == "number" and (v == 0 or v >= 0.01 and v <= 100000)
-    end },
-  min_per_second = C.number_rule(10, 0, 2 ^ 20, false,
-    "a number >= 0 and <= 2^20"),
-  clock = C.function_rule(nil),
-}
-local EXTRA = { shared = true, key = true }
+    end, 20),
+  min_per_second = rule.number{ default = 10, min = 0, max = 2 ^ 20,
+                                 max_text = "2^20" },
+  clock = rule.fn(),
+  shared = rule.shared("budget"),
+}, { key = true })
 
 -- ratio(opts) -> the budget; opts: ttl (10), percent (20),
 -- min_per_second (10), clock (backoff.now), shared, key
-local function new(opts, level)
-  level = level or 2          -- the caller's frame, from here
-  local o = C.options(CTOR, opts, RULES, EXTRA, level + 1)
+local function new(opts)
+  local o = options(opts)
   local p = o.percent
   -- Finagle: deposit 1000, withdrawal 1000 / (percent / 100) units
   local dep = p == 0 and 0 or SCALE
@@ -156,9 +156,9 @@ local function new(opts, level)
     dep = dep, unit = unit, reserve = reserve,
     most = 2 ^ 45 }                     -- units: far below the slices' 2^50
   local clock = o.clock or core.now
-  if o.shared ~= nil or o.key ~= nil then
+  if o.shared or o.key ~= nil then
     self.key, self.dkey = C.shared_key(CTOR, o, "r",
-      { o.ttl, p, o.min_per_second }, level + 1)
+      { o.ttl, p, o.min_per_second })
     self.win = W.dict(CTOR, o.ttl, 10, clock, o.shared, self.dkey)
     self.shared = true
   else

@@ -1,13 +1,15 @@
 -- backoff.budget.token: the token bucket (the AWS SDKs' retry quota),
--- in-process (the C userdata of backoff.core) or shared by the workers
--- of an nginx host through an ngx.shared dict.  See doc/budget.md.
+-- in-process (a dict of this Lua state, backoff.budget.common's mini
+-- dict) or shared by the workers of an nginx host through an ngx.shared
+-- dict: one object, one algorithm, one set of limits.  See
+-- doc/budget.md.
 --
 -- The rule: up to `capacity` tokens, full at the start; a retry
 -- withdraws `cost` (refused, taking nothing, when fewer remain); a
 -- success deposits `refund` after a first attempt, or the cost of the
 -- retry that succeeded, never beyond capacity.
 --
--- The shared algorithm uses dict:incr only (atomic; no lock, no
+-- The algorithm uses dict:incr only (atomic; no lock, no
 -- get-then-set), with init = capacity, so a missing key (never
 -- written, or evicted) is a full budget:
 --   withdraw(c): r = incr(-c); if r < 0 then add(+c) (undo), false.
@@ -15,7 +17,9 @@
 --     back e = min(n, r - capacity) with incr(-e).
 -- A cost above capacity is refused without touching the dict, and a
 -- deposit is clamped to capacity, so every amount in flight is at most
--- capacity and the counter stays an exact integer (capacity <= 2^40).
+-- capacity and the counter stays an exact integer (capacity <= 2^40:
+-- 65 capacities, the most a shared counter can legitimately reach, stay
+-- below 2^53).
 -- Guarantees, whatever the interleaving of workers:
 --   * never overdrawn: every success left the counter >= 0 and every
 --     undo follows its own withdrawal, so the successful withdrawals
@@ -30,28 +34,39 @@
 -- above capacity (a deposit not yet taken back: tokens another worker
 -- may spend first; the take-back then leaves a debt below 0 that later
 -- deposits repay).  Both err by at most the amounts in flight, and the
--- debt errs on the safe side.
+-- debt errs on the safe side.  In one Lua state nothing interleaves:
+-- the counter stays in [0, capacity].
 
-local core = require "backoff.core"
 local C = require "backoff.budget.common"
+local rule = require "backoff.check"  -- the option rules
 
-local getmetatable, setmetatable, type = getmetatable, setmetatable, type
-local add, take, read = C.add, C.take, C.read
+local getmetatable, setmetatable = getmetatable, setmetatable
+local add, take, read, count_arg = C.add, C.take, C.read, C.count_arg
 
 local CTOR = "backoff.budget"
 
-local Shared = { __name = "backoff.budget" }
-Shared.__index = Shared
+local Bucket = { __name = CTOR }
+Bucket.__index = Bucket
 
 local function self_of(self, method)
-  if getmetatable(self) ~= Shared then C.self_check(self, Shared, method) end
+  if getmetatable(self) ~= Bucket then C.self_check(self, Bucket, method) end
 end
+
+-- (withdraw, deposit and record check self and a count in line: they
+-- are the calls of every request, and a call is most of their cost on
+-- PUC Lua)
 
 -- bud:withdraw([cost]) -> true, or false (short: takes nothing); false,
 -- err when the dict fails or holds a corrupt value
-function Shared:withdraw(cost)
-  self_of(self, "withdraw")
-  cost = C.count_arg(cost, "withdraw", "cost", self.cost_)
+function Bucket:withdraw(cost)
+  if getmetatable(self) ~= Bucket then
+    C.self_check(self, Bucket, "withdraw", 3)
+  end
+  if cost == nil then
+    cost = self.cost_
+  else
+    count_arg(cost, "withdraw", "cost")
+  end
   if cost == 0 then return true end
   local cap = self.cap
   if cost > cap then return false end
@@ -59,7 +74,7 @@ function Shared:withdraw(cost)
 end
 
 -- bud:allows([cost]) -> would withdraw(cost) succeed now (takes nothing)
-function Shared:allows(cost)
+function Bucket:allows(cost)
   self_of(self, "allows")
   cost = C.count_arg(cost, "allows", "cost", self.cost_)
   if cost == 0 then return true end
@@ -68,9 +83,15 @@ function Shared:allows(cost)
 end
 
 -- bud:deposit([n]) -> the tokens after (0 to capacity), or nil, err
-function Shared:deposit(n)
-  self_of(self, "deposit")
-  n = C.count_arg(n, "deposit", "n", self.refund_)
+function Bucket:deposit(n)
+  if getmetatable(self) ~= Bucket then
+    C.self_check(self, Bucket, "deposit", 3)
+  end
+  if n == nil then
+    n = self.refund_
+  else
+    count_arg(n, "deposit", "n")
+  end
   local cap = self.cap
   if n > cap then n = cap end
   local r, err = add(self.dict, self.dkey, n, cap, cap)
@@ -82,9 +103,16 @@ end
 
 -- bud:record(ok [, attempt [, cost]]): a success deposits refund after
 -- a first attempt, or the cost its retry paid (nil: the budget's cost)
-function Shared:record(ok, attempt, cost)
-  self_of(self, "record")
-  attempt, cost = C.record_args(ok, attempt, cost)
+function Bucket:record(ok, attempt, cost)
+  if getmetatable(self) ~= Bucket then
+    C.self_check(self, Bucket, "record", 3)
+  end
+  if (attempt == nil or attempt == 1) and cost == nil
+     and (ok == true or ok == false) then
+    attempt = 1                 -- a first attempt: nothing more to check
+  else
+    attempt, cost = C.record_args(ok, attempt, cost)
+  end
   if not ok then return end
   local n = self.refund_
   if attempt > 1 then n = cost or self.cost_ end
@@ -98,8 +126,7 @@ function Shared:record(ok, attempt, cost)
 end
 
 -- bud:tokens() -> 0 to capacity (missing key: full; corrupt: 0)
-function Shared:tokens()
-  self_of(self, "tokens")
+local function tokens(self)
   local cap = self.cap
   local v = read(self.dict, self.dkey, cap, cap)
   if v == nil or v <= 0 then return 0 end     -- a foreign -0 too
@@ -107,40 +134,51 @@ function Shared:tokens()
   return v
 end
 
-C.getter(Shared, "capacity", "cap")
-C.getter(Shared, "cost", "cost_")
-C.getter(Shared, "refund", "refund_")
-C.getter(Shared, "dict_key", "dkey")
+function Bucket:tokens()
+  self_of(self, "tokens")
+  return tokens(self)
+end
 
-function Shared:__tostring()
+C.getter(Bucket, "capacity", "cap")
+C.getter(Bucket, "cost", "cost_")
+C.getter(Bucket, "refund", "refund_")
+
+-- bud:dict_key() -> the key of the shared state (nil in-process)
+function Bucket:dict_key()
+  self_of(self, "dict_key")
+  if self.shared then return self.dkey end
+  return nil
+end
+
+function Bucket:__tostring()
   self_of(self, "__tostring")
-  return ("backoff.budget: shared %s (capacity %s, cost %s, refund %s)")
-    :format(C.repr(self.dkey), C.num(self.cap), C.num(self.cost_),
-            C.num(self.refund_))
+  return ("%s: %s%s/%s tokens (cost %s, refund %s)"):format(CTOR,
+    self.shared and ("shared " .. C.repr(self.dkey) .. ", ") or "",
+    C.num(tokens(self)), C.num(self.cap), C.num(self.cost_),
+    C.num(self.refund_))
 end
 
-local SHARED_RULES = {
-  capacity = C.count_rule(500, C.SHARED_MAX, "2^40"), cost = C.count_rule(5),
-  refund = C.count_rule(1),
-}
-local EXTRA = { shared = true, key = true }
+local options = rule.options(CTOR, {
+  capacity = rule.count{ default = 500, max = C.CAPACITY_MAX,
+                          max_text = "2^40" },
+  cost = rule.count{ default = 5 },
+  refund = rule.count{ default = 1 },
+  shared = rule.shared("budget"),
+}, { key = true })
 
--- budget(opts) -> the token bucket; see the top of this file
-local function new(opts, level)
-  level = level or 2          -- the caller's frame, from here
-  if type(opts) ~= "table" or (opts.shared == nil and opts.key == nil) then
-    local ok, b = pcall(core.budget, opts)   -- the C one checks all
-    if not ok then error(b, level) end
-    return b
+-- budget(opts) -> the token bucket; opts: capacity (500), cost (5),
+-- refund (1), shared, key
+local function new(opts)
+  local o = options(opts)
+  local self = { cap = o.capacity, cost_ = o.cost, refund_ = o.refund }
+  if o.shared or o.key ~= nil then
+    self.key, self.dkey = C.shared_key(CTOR, o, "t",
+                                       { o.capacity, o.cost, o.refund })
+    self.dict, self.shared = o.shared, true
+  else
+    self.dict, self.dkey = C.mini_dict(), "tokens"
   end
-  local o = C.options(CTOR, opts, SHARED_RULES, EXTRA, level + 1)
-  local key, dkey = C.shared_key(CTOR, o, "t",
-                                 { o.capacity, o.cost, o.refund }, level + 1)
-  return setmetatable({ dict = o.shared, key = key, dkey = dkey,
-    cap = o.capacity, cost_ = o.cost, refund_ = o.refund }, Shared)
+  return setmetatable(self, Bucket)
 end
 
--- the C budget's methods are its metatable's __index
-local cmt = getmetatable(core.budget())
-
-return { new = new, Shared = Shared, metatable = cmt }
+return { new = new, metatable = Bucket }

@@ -99,7 +99,7 @@ end
 
 function Dict:add_at(name, v, i)
   local dict, k = self.dict, self.prefix .. name .. C.short(i)
-  local r, err = dict:incr(k, v, 0, self.ttl)
+  local r, err = C.incr(dict, k, v, 0, self.ttl)
   if not r then return nil, err end
   if not ok_value(r) then return nil, C.corrupt(dict, k, r) end
   return i
