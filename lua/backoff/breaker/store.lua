@@ -13,6 +13,7 @@
 --                    text "o<E>:<k>:<t>:<d>" (open since t for d
 --                    seconds, the k-th opening in a row; half-open once
 --                    t + d has passed).  No expiry.
+--   K|n              the last epoch given out (incr: each is unique)
 --   K|x<E>           the trip of closed epoch E: add, the first wins
 --   K|f<E>           closed epoch E's consecutive failures
 --   K|w<E>.<b>       closed epoch E's calls in time bucket b, failures
