@@ -128,8 +128,8 @@ local function bad_arg(n, method, msg)
   raise(("bad argument #%d to '%s' (%s)"):format(n, method, msg))
 end
 
---- br:now() -> the breaker's time (its clock, checked)
-function Breaker:now()
+-- br:_now() -> the breaker's time (its clock, checked; internal)
+function Breaker:_now()
   local t = self.clock()
   if type(t) ~= "number" or t ~= t or t == huge or t == -huge then
     raise(WHO .. ": option 'clock' returned " .. repr(t)
@@ -181,7 +181,7 @@ local function closed_epoch(self)
     local kind, e = read(self)
     if kind ~= CLOSED then return nil end
     if e ~= nil then return e end
-    dict:add(self.sk, epoch_after(self, nil, self:now()))
+    dict:add(self.sk, epoch_after(self, nil, self:_now()))
   end
   return nil
 end
@@ -238,14 +238,14 @@ local function trip(self, e, reason)
     return
   end
   if dict:get(self.sk) ~= e then return end
-  open(self, e, 1, self:now(), CLOSED, reason)
+  open(self, e, 1, self:_now(), CLOSED, reason)
 end
 
 -- half-open epoch rec closes (the probes' successes) or reopens (a
 -- probe's failure) after the decision in probe_outcome
 local function close(self, rec)
   if self.dict:get(self.sk) ~= rec.raw then return end
-  local now = self:now()
+  local now = self:_now()
   local ok, err = self.dict:set(self.sk, epoch_after(self, rec.epoch, now))
   if not ok then
     store.log("ERR", WHO, " ", repr(self.name), ": cannot close: ", err)
@@ -256,7 +256,7 @@ end
 
 local function reopen(self, rec)
   if self.dict:get(self.sk) ~= rec.raw then return end
-  open(self, rec.epoch, rec.k + 1, self:now(), "half_open", "probe")
+  open(self, rec.epoch, rec.k + 1, self:_now(), "half_open", "probe")
 end
 
 -- A probe of half-open epoch rec reports.  One counter decides, c<E>:
@@ -299,7 +299,7 @@ function Breaker:allows()
   if getmetatable(self) ~= Breaker then bad_self("allows", self) end
   local kind, rec = read(self)
   if kind == CLOSED then return true end
-  if self:now() < rec.until_ then return false end
+  if self:_now() < rec.until_ then return false end
   local dict, base = self.dict, self.pre .. "p" .. rec.etext .. "."
   for i = 1, self.probes do
     if dict:get(base .. i) == nil then return true end
@@ -349,7 +349,7 @@ function Breaker:allow()
   if getmetatable(self) ~= Breaker then bad_self("allow", self) end
   local kind, rec = read(self)
   if kind == CLOSED then return true end
-  local now = self:now()
+  local now = self:_now()
   if now < rec.until_ then return refused(self) end
   return take_probe(self, rec, now)
 end
@@ -428,7 +428,7 @@ end
 function Breaker:state()
   if getmetatable(self) ~= Breaker then bad_self("state", self) end
   local kind, rec = read(self)
-  local now = self:now()
+  local now = self:_now()
   if kind == CLOSED then
     local info = { opening = 0 }
     if rec ~= nil and self.len then
@@ -450,7 +450,7 @@ function Breaker:reset()
   if getmetatable(self) ~= Breaker then bad_self("reset", self) end
   local kind, rec = read(self)
   local from = kind == CLOSED and CLOSED or self:state()
-  local now = self:now()
+  local now = self:_now()
   self.dict:set(self.sk, epoch_after(self, kind == OPEN and rec.epoch
                                          or rec, now))
   if from ~= CLOSED then changed(self, from, CLOSED, { at = now }) end
@@ -496,7 +496,7 @@ local function new(opts)
   end
   -- a half-open epoch's outcomes matter while its probes can report
   self.c_ttl = 2 * self.probe_timeout
-  self.dict = o.shared or store.mini(function() return self:now() end)
+  self.dict = o.shared or store.mini(function() return self:_now() end)
   if self.metrics then metrics._breaker_watch(self.metrics, self) end
   return self
 end

@@ -93,7 +93,7 @@ function T.outcome(br, epoch, ok, slow, now)
   local why
   if br.failures then why = consecutive(br, et, ok) end
   if br.len then
-    local b = floor((now or br:now()) / br.len)
+    local b = floor((now or br:_now()) / br.len)
     local bt = store.etext(b)
     local dict, ttl = br.dict, br.window + br.len
     store.incr(dict, br.pre .. "w" .. et .. "." .. bt, ok and 1 or 1 + FAIL,
