@@ -11,3 +11,4 @@ files["spec/nginx/fleet_app.lua"] = { globals = { "ngx" } }
 files["spec/nginx/fleet_budget_app.lua"] = { globals = { "ngx" } }
 files["spec/nginx/http_app.lua"] = { globals = { "ngx" } }
 files["spec/nginx/balancer_app.lua"] = { globals = { "ngx" } }
+files["spec/nginx/breaker_app.lua"] = { globals = { "ngx" } }
