@@ -213,6 +213,27 @@ describe("backoff.breaker", function()
       end)
   end)
 
+  describe("a streak", function()
+    it("is forgotten an hour after its first failure", function()
+      local w = world()
+      local br = make(w, { failures = 3 })
+      fail(br, 2)
+      w.t = w.t + 3599
+      assert.equal("closed", (br:state()))
+      w.t = w.t + 1
+      fail(br, 2)                         -- a new streak: 2
+      assert.equal("closed", (br:state()))
+      fail(br)
+      assert.equal("open", (br:state()))
+      -- the trip deleted its period's streak
+      local n = 0
+      for k in pairs(w.dict.data) do
+        if k:match("^api|f") then n = n + 1 end
+      end
+      assert.equal(0, n)
+    end)
+  end)
+
   describe("the failure ratio", function()
     it("trips at the ratio once min_calls calls are in the window",
       function()
@@ -562,6 +583,34 @@ describe("backoff.breaker", function()
       local _, info = br:state()
       assert.equal(1, info.opening)
       assert.same({ "closed>open", "open>closed", "closed>open" }, calls)
+    end)
+
+    it("does not pile keys up in the dict when it flaps", function()
+      local w = world()
+      local br = make(w, { failures = 1, failure_ratio = 0.5, min_calls = 1,
+                           policy = backoff.constant { delay = 1 } })
+      local function live()
+        local n = 0
+        for k in pairs(w.dict.data) do
+          if w.dict:get(k) ~= nil then n = n + 1 end
+        end
+        return n
+      end
+      for _ = 1, 100 do                   -- 100 openings, over 5 minutes
+        succeed(br, 3)
+        fail(br)
+        w.t = w.t + 1
+        local _, t = br:allow()
+        br:record(true, t)
+        w.t = w.t + 2
+      end
+      assert.equal("closed", (br:state()))
+      -- the half-open announcements of the last hour (100), and those
+      -- of the last seconds: elections (5 s), probe slots (10 s), probe
+      -- outcomes (20 s), window buckets (11 s)
+      assert.is_true(live() <= 100 + 20, live())
+      w.t = w.t + 3600
+      assert.is_true(live() <= 4, live())  -- the state, the epoch counter
     end)
 
     it("keeps one per process without a dict", function()

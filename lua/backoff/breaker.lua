@@ -239,6 +239,7 @@ local function trip(self, e, reason)
   end
   if dict:get(self.sk) ~= e then return end
   open(self, e, 1, self:_now(), CLOSED, reason)
+  if self.failures then dict:delete(self.pre .. "f" .. store.etext(e)) end
 end
 
 -- half-open epoch rec closes (the probes' successes) or reopens (a

@@ -28,19 +28,25 @@ local T = {}
 local FAIL = 2 ^ 26
 T.FAIL = FAIL
 
--- a streak of failures without a success is forgotten after a day
-T.KEEP = 86400
+-- a streak of failures is forgotten an hour after its first failure: a
+-- closed period's keys must not pile up in the dict when the breaker
+-- flaps (and a trip deletes its period's streak)
+T.KEEP = 3600
 
 -- the consecutive-failure rule: "failures" when this failure makes the
 -- streak reach br.failures
-local function consecutive(br, et, ok)
-  local dict, key = br.dict, br.pre .. "f" .. et
+local function consecutive(br, ok)
+  local dict, key = br.dict, br.fkey
   if ok then
     local v = dict:get(key)
     if v ~= nil and v ~= 0 then dict:set(key, 0, T.KEEP) end
     return nil
   end
   local r = store.incr(dict, key, 1, T.KEEP, br.name)
+  -- a streak's first failure: its hour starts now (set: a failure of
+  -- another worker counted in between is lost, which can only delay a
+  -- trip by one)
+  if r == 1 then dict:set(key, 1, T.KEEP) end
   if r ~= nil and r >= br.failures then return "failures" end
   return nil
 end
@@ -88,21 +94,26 @@ end
 -- breaker, or nil: one outcome counted in closed epoch `epoch`.  now:
 -- the time (nil: read from br when the window needs it).
 function T.outcome(br, epoch, ok, slow, now)
-  local et = br.et_of == epoch and br.et or store.etext(epoch)
-  br.et_of, br.et = epoch, et
+  -- the keys of this epoch and bucket, built once (the happy path then
+  -- makes no string)
+  if br.et_of ~= epoch then
+    local et = store.etext(epoch)
+    br.et_of, br.et, br.fkey, br.wb = epoch, et, br.pre .. "f" .. et, nil
+  end
   local why
-  if br.failures then why = consecutive(br, et, ok) end
+  if br.failures then why = consecutive(br, ok) end
   if br.len then
     local b = floor((now or br:_now()) / br.len)
-    local bt = store.etext(b)
-    local dict, ttl = br.dict, br.window + br.len
-    store.incr(dict, br.pre .. "w" .. et .. "." .. bt, ok and 1 or 1 + FAIL,
-               ttl, br.name)
-    if slow then
-      store.incr(dict, br.pre .. "l" .. et .. "." .. bt, 1, ttl, br.name)
+    if br.wb ~= b then
+      local bt = store.etext(b)
+      br.wb, br.wkey = b, br.pre .. "w" .. br.et .. "." .. bt
+      br.lkey = br.pre .. "l" .. br.et .. "." .. bt
     end
+    local dict, ttl = br.dict, br.window + br.len
+    store.incr(dict, br.wkey, ok and 1 or 1 + FAIL, ttl, br.name)
+    if slow then store.incr(dict, br.lkey, 1, ttl, br.name) end
     if why == nil and (not ok and br.ratio or slow) then
-      why = ratios(br, et, b, ok, slow)
+      why = ratios(br, br.et, b, ok, slow)
     end
   end
   return why
