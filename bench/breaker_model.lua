@@ -1,13 +1,14 @@
--- The recommended breaker (backoff.breaker.recommended) in a small
--- virtual-time model of one host, driving only the documented API:
+-- The recommended breaker (backoff.breaker.recommended's setting, its
+-- policy seeded) in a small virtual-time model of one host, driving
+-- only the documented API:
 -- requests arrive (Poisson) at a rate per host, each retried by
 -- backoff.recommended()'s policy (4 attempts, exponential from 0.1 s,
 -- full jitter) with br:allow() before each attempt and br:record(ok,
 -- ticket, seconds) when it ends; an attempt the breaker refuses ends
 -- the request (circuit_open).  No budget: the breaker alone.
 --
---   luajit bench/breaker_model.lua      (from the top of the tree, after
---                                        make LUA_VERSION=luajit)
+--   luajit bench/breaker_model.lua   (from the top of the tree, after
+--                                     make LUA_VERSION=luajit; any Lua)
 --
 -- Part 1: an upstream failing 10-50% of attempts at random, one hour
 -- (ten minutes above 20 requests/s, scaled to an hour): openings per
@@ -17,7 +18,8 @@
 -- attempts still reach it (and, hung, how many requests wait out a
 -- timeout), when it closes after recovery.
 package.path = "./lua/?.lua;" .. package.path
-package.cpath = "./build/luajit/?.so;./build/5.4/?.so;" .. package.cpath
+package.cpath = "./build/" .. (rawget(_G, "jit") and "luajit"
+  or _VERSION:match("%d+%.%d+")) .. "/?.so;" .. package.cpath
 local backoff = require "backoff"
 local heap = dofile("bench/heap.lua")
 
@@ -41,8 +43,12 @@ local function run(rate, duration, upstream, with_breaker, seed, from, to)
   local c = { requests = 0, ok = 0, attempts = 0, refused = 0,
               openings = 0, waited = 0, reached = 0, events = {} }
   from, to = from or 0, to or math.huge
-  local br = with_breaker and backoff.breaker.recommended {
-    clock = clock,
+  -- the recommended breaker (no rule given: the recommended rules),
+  -- its default policy seeded so that every run gives the same figures
+  local p = backoff.breaker.default_policy():config()
+  p.seed = seed
+  local br = with_breaker and backoff.breaker.new {
+    policy = backoff.new(p.strategy, p), clock = clock,
     on_change = function(_, state)
       if state == "open" then c.openings = c.openings + 1 end
       c.events[#c.events + 1] = { now, state }
