@@ -20,7 +20,7 @@
 local check = require "backoff.check"
 local util = require "backoff.util"
 local core = require "backoff.core"
-local metrics = require "backoff.metrics"
+local bmetrics = require "backoff.breaker.metrics"
 local store = require "backoff.breaker.store"
 local stats = require "backoff.breaker.stats"
 local state = require "backoff.breaker.state"
@@ -67,7 +67,7 @@ local RULES = {
   clock = check.fn {},
   on_change = check.fn {},
   metrics = check.custom("a backoff.metrics recorder (metrics.new)",
-    metrics._is_recorder),
+    bmetrics.is_recorder),
 }
 local options = check.options(WHO, RULES)
 
@@ -339,7 +339,7 @@ local function new(opts)
   -- a half-open epoch's outcomes matter while its probes can report
   self.c_ttl = 2 * self.probe_timeout
   self.dict = o.shared or store.mini(function() return self:_now() end)
-  if self.metrics then metrics._breaker_watch(self.metrics, self) end
+  if self.metrics then bmetrics.watch(self.metrics, self) end
   return self
 end
 

@@ -360,8 +360,7 @@ end
 function M.prometheus(dict)
   check_dict(dict, "prometheus")
   local rows = {}                   -- counter -> { label text -> value }
-  local snap = snapshot(dict)
-  for k, v in pairs(snap) do
+  for k, v in pairs(snapshot(dict)) do
     local counter, name, reason = k:match(KEY)
     if counter and KNOWN[counter] then
       local labels = 'name="' .. escape(name) .. '"'
@@ -390,7 +389,7 @@ function M.prometheus(dict)
       out[#out + 1] = family .. "{" .. l .. "} " .. number(r[l])
     end
   end
-  M._breaker_text(snap, dict, out)
+  for _, w in ipairs(M._writers) do w(out, dict) end   -- other families
   out[#out + 1] = ""
   return concat(out, "\n")
 end
@@ -426,71 +425,11 @@ function M.reset(dict)
   end
 end
 
-------------------------------------------------------------------------
--- backoff.breaker's families, apart from the counters above (called by
--- the breaker, not methods of a recorder): backoff_breaker_transitions_
--- total{name,to}, backoff_breaker_refusals_total{name} (kept like the
--- others, keys "backoff\tbreaker_<c>\t<name>[\t<to>]"), and the gauge
--- backoff_breaker_state{name} (0 closed, 1 open, 2 half-open) read at
--- exposition time from each breaker given a recorder of this dict.
-
-local BREAKER_HELP = {
-  transitions = "Circuit breaker state changes, by the state entered.",
-  refusals = "Attempts a circuit breaker refused." }
-local BREAKER_STATE = { closed = 0, open = 1, half_open = 2 }
-local watched = setmetatable({}, { __mode = "k" })  -- breaker -> recorder
-
-function M._is_recorder(v) return getmetatable(v) == Recorder end
-function M._breaker_watch(m, br) watched[br] = m end
-
---- metrics._breaker_add(m, "transitions", to) | (m, "refusals")
-function M._breaker_add(m, counter, to)
-  local c = to and counter .. "\t" .. to or counter
-  if not m.keys[c] then
-    m.keys[c] = PREFIX .. "breaker_" .. counter .. "\t" .. m.name
-                .. (to and "\t" .. to or "")
-  end
-  add(m, c, 1)
-end
-
--- one family's lines, samples sorted; none when it has no sample
-local function family(out, name, kind, help, r)
-  local labels = {}
-  for l in pairs(r) do labels[#labels + 1] = l end
-  if #labels == 0 then return end
-  sort(labels)
-  out[#out + 1] = "# HELP " .. name .. " " .. help
-  out[#out + 1] = "# TYPE " .. name .. " " .. kind
-  for _, l in ipairs(labels) do
-    out[#out + 1] = name .. "{" .. l .. "} " .. number(r[l])
-  end
-end
-
-function M._breaker_text(snap, dict, out)
-  local rows = { transitions = {}, refusals = {} }
-  for k, v in pairs(snap) do
-    local c, name, to = k:match(KEY)
-    local r = c and rows[c:match("^breaker_(.*)$") or ""]
-    if r and (to == "") == (c == "breaker_refusals") then
-      r['name="' .. escape(name) .. '"' .. (to == "" and "" or
-        ',to="' .. escape(to) .. '"')] = v
-    end
-  end
-  for _, c in ipairs { "transitions", "refusals" } do
-    family(out, "backoff_breaker_" .. c .. "_total", "counter",
-           BREAKER_HELP[c], rows[c])
-  end
-  local states = {}
-  for br, m in pairs(watched) do
-    if m.dict == dict then
-      local ok, s = pcall(br.state, br)
-      if ok and BREAKER_STATE[s] then
-        states['name="' .. escape(m.name) .. '"'] = BREAKER_STATE[s]
-      end
-    end
-  end
-  family(out, "backoff_breaker_state", "gauge", "Circuit breaker state: "
-    .. "0 closed, 1 open, 2 half-open.", states)
-end
+-- other modules' families (backoff.breaker's), written after these
+M._writers = {}             -- w(out, dict) appends its lines to out
+M._ext = { PREFIX = PREFIX, escape = escape, number = number,
+  snapshot = snapshot, recorder_mt = Recorder, add = function(m, key)
+    m.keys[key] = key      -- a key of its own under PREFIX, added 1
+    add(m, key, 1) end }
 
 return M

@@ -5,7 +5,7 @@
 -- one atomic call that decides it (doc/breaker.md, "Races").
 
 local util = require "backoff.util"
-local metrics = require "backoff.metrics"
+local bmetrics = require "backoff.breaker.metrics"
 local store = require "backoff.breaker.store"
 
 local min = math.min
@@ -79,7 +79,7 @@ end
 local function changed(self, from, to, info)
   info.key = self.name
   local m = self.metrics
-  if m then metrics._breaker_add(m, "transitions", to) end
+  if m then bmetrics.transition(m, to) end
   store.log(to == OPEN and "WARN" or "NOTICE", WHO, " ", repr(self.name),
             ": ", from, " -> ", to, info.interval and
             (" for %.3f s"):format(info.interval) or "",
@@ -90,7 +90,7 @@ end
 
 local function refused(self)
   local m = self.metrics
-  if m then metrics._breaker_add(m, "refusals") end
+  if m then bmetrics.refusal(m) end
   return false
 end
 
