@@ -181,8 +181,9 @@ describe("the breaker through backoff.balancer", function()
     }
     package.loaded["backoff.balancer"] = nil
     balancer = require "backoff.balancer"
-    fake = { ctx = {}, phase = "balancer", status = 200 }
+    fake = { ctx = {}, phase = "balancer", status = 200, exits = {} }
     fake.get_phase = function() return fake.phase end
+    fake.exit = function(code) fake.exits[#fake.exits + 1] = code end
     rawset(_G, "ngx", fake)
   end)
 
@@ -228,8 +229,15 @@ describe("the breaker through backoff.balancer", function()
       assert.is_true((balancer(p, opts)))      -- granted while closed
       assert.equal(1, calls.more)
       br:record(false)                         -- another request trips it
-      local ok, attempt = balancer(p, opts)    -- granted: made
-      assert.same({ true, 2 }, { ok, attempt })
-      assert.equal(1, calls.more)              -- but no third grant
+      -- the try nginx starts for the grant: made, or refused with nginx
+      -- told to answer 502 (ngx.exit(NGX_BUSY)); never a third grant
+      local ok, attempt = balancer(p, opts)
+      if ok then
+        assert.equal(2, attempt)
+      else
+        assert.equal("circuit_open", attempt)
+        assert.same({ -3 }, fake.exits)
+      end
+      assert.equal(1, calls.more)
     end)
 end)

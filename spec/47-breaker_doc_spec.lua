@@ -67,12 +67,35 @@ describe("doc/breaker.md", function()
     end
   end)
 
-  it("runs every lua block as pasted", function()
-    local n = 0
+  -- the docs' convention: a line `EXPR --> VALUES` checks EXPR's
+  -- values as written: "strings", numbers as %.14g, nil, true, false
+  local function shown(...)
+    local t = {}
+    for i = 1, select("#", ...) do
+      local v = select(i, ...)
+      if type(v) == "string" then t[i] = '"' .. v .. '"'
+      elseif type(v) == "number" then t[i] = ("%.14g"):format(v)
+      else t[i] = tostring(v) end
+    end
+    return table.concat(t, ", ")
+  end
+  local function checks(block)
+    return (block:gsub("([^\n]-)%s+%-%->%s+([^\n]+)", function(expr, want)
+      return ("__check(%q, %q, __shown(%s))"):format(expr, want, expr)
+    end))
+  end
+
+  it("runs every lua block as pasted, with its --> checks", function()
+    local n, checked = 0, 0
     for block in doc:gmatch("\n```lua\n(.-)\n```") do
       n = n + 1
-      local env = setmetatable({ print = function() end },
-                               { __index = _G })
+      local env = setmetatable({ print = function() end, __shown = shown,
+        __check = function(expr, want, got)
+          checked = checked + 1
+          assert(want == got, expr .. " --> " .. got .. ", the doc says "
+                 .. want)
+        end }, { __index = _G })
+      block = checks(block)
       local f = assert((loadstring or load)(block, "=doc block " .. n, "t",
                                             env))
       if setfenv then setfenv(f, env) end
@@ -80,5 +103,6 @@ describe("doc/breaker.md", function()
       assert(ok, "block " .. n .. ": " .. tostring(err))
     end
     assert.is_true(n >= 3)
+    assert.is_true(checked >= 2)
   end)
 end)
