@@ -396,6 +396,7 @@ test: deps-test $(foreach v,$(LUA_VERSIONS),$(call MODULE,$(v)))
 	@$(SUITE) nginx-hedge timeout 120 lua5.4 spec/nginx/hedge.lua $(CURDIR)
 	@$(SUITE) nginx-balancer timeout 300 lua5.4 spec/nginx/balancer.lua \
 	  $(CURDIR)
+	@$(SUITE) nginx-breaker timeout 120 lua5.4 spec/nginx/breaker.lua $(CURDIR)
 	@$(SUITE) luarocks-make $(MAKE) -s rock-test
 	@$(SUITE) luacheck $(MAKE) -s lint
 	@sh spec/tap-summary $(TAP_DIR)

@@ -76,6 +76,7 @@ end
 -- fleet safety: retry budgets, in-process or shared by nginx workers;
 -- the server's hint (HTTP Retry-After -> seconds, RFC 9110 10.2.3)
 M.budget = require "backoff.budget"
+M.breaker = require "backoff.breaker"      -- doc/breaker.md
 M.retry_after = require "backoff.retry_after"
 
 -- loaded on first use: backoff.balancer needs nginx's ngx.balancer

@@ -453,6 +453,7 @@ function M.prometheus(dict)
       out[#out + 1] = family .. "{" .. l .. "} " .. number(r[l])
     end
   end
+  for _, w in ipairs(M._writers) do w(out, dict) end   -- other families
   out[#out + 1] = ""
   return concat(out, "\n")
 end
@@ -487,5 +488,12 @@ function M.reset(dict)
     for k in pairs(process) do process[k] = nil end
   end
 end
+
+-- other modules' families (backoff.breaker's), written after these
+M._writers = {}             -- w(out, dict) appends its lines to out
+M._ext = { PREFIX = PREFIX, escape = escape, number = number,
+  snapshot = snapshot, recorder_mt = Recorder, add = function(m, key)
+    m.keys[key] = key      -- a key of its own under PREFIX, added 1
+    add(m, key, 1) end }
 
 return M

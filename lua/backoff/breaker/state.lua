@@ -1,0 +1,187 @@
+-- backoff.breaker.state: a breaker's state and its transitions
+-- (internal; lua/backoff/breaker.lua holds the object and its methods,
+-- and passes itself as `self`).  Reading the state record, the epochs,
+-- the open interval drawn from the policy, and each transition with the
+-- one atomic call that decides it (doc/breaker.md, "Races").
+
+local util = require "backoff.util"
+local bmetrics = require "backoff.breaker.metrics"
+local store = require "backoff.breaker.store"
+
+local min = math.min
+local repr = util.repr
+local CLOSED, OPEN = store.CLOSED, store.OPEN
+local WHO = "backoff.breaker"
+
+-- a half-open epoch's outcome counter: a failure adds BIG, a success 1,
+-- so one incr both counts and tells what came before it
+local BIG = 2 ^ 32
+-- the trip election lives only as long as concurrent trippers need it:
+-- one who read the state before the winner wrote it; a stale one finds
+-- the state moved on (the guard read in trip)
+local ELECT_TTL = 5
+-- the longest replay of the policy: the 1,000th opening in a row and
+-- every later one wait like the 1,000th
+local MAX_REPLAY = 1000
+
+local S = {}
+
+-- the open interval of the k-th opening in a row: the policy's k-th
+-- failure delay, drawn now (a policy that gives up keeps its last)
+local function interval(self, k)
+  local b = self.draws
+  b:reset(0)
+  local d = 0
+  for _ = 1, min(k, MAX_REPLAY) do
+    local x = b:failure(0)
+    if x == nil then break end
+    d = x
+  end
+  return d
+end
+
+-- a new epoch after e (nil: none known), from the breaker's counter
+local function epoch_after(self, e, now)
+  return store.next_epoch(self.dict, self.nk, e, now, self.name)
+end
+
+-- The state now: CLOSED, epoch (nil when missing) | OPEN, rec.  A
+-- value this module cannot have written is logged and deleted: closed.
+local function read(self)
+  local v = self.dict:get(self.sk)
+  if v == nil then return CLOSED, nil end
+  if store.is_epoch(v) then return CLOSED, v end
+  if v == self.raw then return OPEN, self.rec end
+  local rec = store.decode(v)
+  if rec == nil then
+    store.corrupt(self.dict, self.sk, v, self.name)
+    return CLOSED, nil
+  end
+  self.raw, self.rec = v, rec
+  return OPEN, rec
+end
+
+-- the closed epoch now, written when the state is missing (add: the
+-- first writer wins, the others read its epoch)
+local function closed_epoch(self)
+  local dict = self.dict
+  for _ = 1, 3 do
+    local kind, e = read(self)
+    if kind ~= CLOSED then return nil end
+    if e ~= nil then return e end
+    dict:add(self.sk, epoch_after(self, nil, self:_now()))
+  end
+  return nil
+end
+
+-- a transition made by this worker: metrics first (a hook that raises
+-- must not lose the count), the log, then the hook
+local function changed(self, from, to, info)
+  info.key = self.name
+  local m = self.metrics
+  if m then bmetrics.transition(m, to) end
+  store.log(to == OPEN and "WARN" or "NOTICE", WHO, " ", repr(self.name),
+            ": ", from, " -> ", to, info.interval and
+            (" for %.3f s"):format(info.interval) or "",
+            info.reason and " (" .. info.reason .. ")" or "")
+  local f = self.on_change
+  if f then f(from, to, info) end
+end
+
+local function refused(self)
+  local m = self.metrics
+  if m then bmetrics.refusal(m) end
+  return false
+end
+
+-- write an open record after epoch e: the k-th opening in a row, now
+local function open(self, e, k, now, from, reason)
+  local d = interval(self, k)
+  local ok, err = self.dict:set(self.sk,
+    store.open_text(epoch_after(self, e, now), k, now, d))
+  if not ok then
+    store.log("ERR", WHO, " ", repr(self.name), ": cannot open: ", err)
+    return
+  end
+  changed(self, from, OPEN, { opening = k, interval = d, at = now,
+                              reason = reason })
+end
+
+------------------------------------------------------------------------
+-- transitions.  Each is decided by one atomic call, so exactly one
+-- worker makes it; the winner then reads the state once more (the
+-- guard) and writes the next epoch only if the state is still the one
+-- it decided from.  Nothing else writes the state key: the winner of
+-- epoch E is the only writer until epoch E + 1 exists.
+
+-- closed epoch e trips (reason: the rule).  Two workers that both see
+-- the rule met (W1, W2 reading epoch e):
+--   W1 add(x<e>) ok   W2 add(x<e>) exists -> W2 stops
+--   W1 get(s) == e -> W1 set(s, open)   (one opening, one hook call)
+-- A worker that read epoch e long ago and wins x<e> after it expired
+-- finds s moved on in its guard read and stops.
+local function trip(self, e, reason)
+  local dict = self.dict
+  if not dict:add(self.pre .. "x" .. store.etext(e), 1, ELECT_TTL) then
+    return
+  end
+  if dict:get(self.sk) ~= e then return end
+  open(self, e, 1, self:_now(), CLOSED, reason)
+  if self.failures then dict:delete(self.pre .. "f" .. store.etext(e)) end
+end
+
+-- half-open epoch rec closes (the probes' successes) or reopens (a
+-- probe's failure) after the decision in probe_outcome
+local function close(self, rec)
+  if self.dict:get(self.sk) ~= rec.raw then return end
+  local now = self:_now()
+  local ok, err = self.dict:set(self.sk, epoch_after(self, rec.epoch, now))
+  if not ok then
+    store.log("ERR", WHO, " ", repr(self.name), ": cannot close: ", err)
+    return
+  end
+  changed(self, "half_open", CLOSED, { opening = rec.k, at = now })
+end
+
+local function reopen(self, rec)
+  if self.dict:get(self.sk) ~= rec.raw then return end
+  open(self, rec.epoch, rec.k + 1, self:_now(), "half_open", "probe")
+end
+
+-- A probe of half-open epoch rec reports.  One counter decides, c<E>:
+-- a success adds 1, a failure BIG.  The success that makes it exactly
+-- `probes` closes (no failure came before it: a failure's BIG would be
+-- in the sum); the failure whose sum is below 2 BIG (the first) with
+-- fewer than `probes` successes before it reopens.  Two probes, P1 a
+-- success and P2 a failure, probes = 2, after one success already:
+--   P1 incr +1 -> 2 = probes: close     P2 incr +BIG -> BIG + 2: the
+--                                       successes came first: no-op
+-- or
+--   P2 incr +BIG -> BIG + 1: reopen     P1 incr +1 -> BIG + 2: not
+--                                       `probes`: no-op
+-- Whichever incr lands first decides, and the other sees it in its own
+-- result: a success never undoes a failure counted before it, and two
+-- failures reopen once (the second sees 2 BIG).  The loser's outcome
+-- is then recorded as an attempt without a ticket (it counts if the
+-- breaker is closed by now, and is ignored while it is open).
+local function probe_outcome(self, rec, good)
+  local r = store.incr(self.dict, self.pre .. "c" .. rec.etext,
+                       good and 1 or BIG, self.c_ttl, self.name)
+  if r == nil then return true end
+  if good then
+    if r == self.probes then close(self, rec) return true end
+    return r < self.probes
+  end
+  if r < 2 * BIG and r - BIG < self.probes then
+    reopen(self, rec)
+    return true
+  end
+  return false
+end
+
+
+S.read, S.closed_epoch, S.epoch_after = read, closed_epoch, epoch_after
+S.changed, S.refused, S.trip, S.probe_outcome =
+  changed, refused, trip, probe_outcome
+
+return S
