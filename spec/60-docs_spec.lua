@@ -22,7 +22,7 @@ end
 local DOCS = { "README.md", "doc/backoff.md", "doc/systems.md",
   "doc/retry.md", "doc/budget.md", "doc/http.md", "doc/balancer.md",
   "doc/metrics.md", "doc/retry_after.md", "doc/cli.md", "doc/quickstart.md",
-  "doc/hedge.md", "doc/breaker.md" }
+  "doc/hedge.md", "doc/breaker.md", "doc/install.md" }
 
 local function all_docs()
   local t = {}
