@@ -367,6 +367,9 @@ BUSTED  := /usr/bin/busted --ignore-lua
 
 test: deps-test $(foreach v,$(LUA_VERSIONS),$(call MODULE,$(v)))
 	@rm -rf $(TAP_DIR)
+	@$(SUITE) demo sh -c '$(MAKE) -s demo >$(BUILD)/demo.out 2>&1 \
+	  && echo "ok - make demo runs to the end" \
+	  || { cat $(BUILD)/demo.out; echo "not ok - make demo failed"; }'
 	@$(SUITE) core-without-lua $(MAKE) -s core-alone
 	@$(SUITE) c-core $(MAKE) -s ctest
 	@for v in $(LUA_VERSIONS); do \

@@ -35,7 +35,7 @@ say("2. Giving up: the operation never works, max_attempts = 4\n")
 
 local ok, err, reason = backoff.retry(
   { strategy = "constant", delay = 0.01, max_attempts = 4 },
-  function(n) error("upstream timed out on attempt " .. n, 0) end,
+  function(n) return nil, "upstream timed out on attempt " .. n end,
   { on_retry = function(e, d) say("   %s; retry in %.2f s", e, d) end })
 say("   retry returned: %s, %q, %q\n", tostring(ok), err, reason)
 
