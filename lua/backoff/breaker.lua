@@ -75,12 +75,7 @@ local options = check.options(WHO, RULES)
 local DICT_METHODS = { "add", "set", "delete" }
 
 local function clock_of(o)
-  if o.clock then return o.clock end
-  local ngx = rawget(_G, "ngx")
-  if type(ngx) == "table" and type(ngx.now) == "function" then
-    return ngx.now
-  end
-  return core.now
+  return o.clock or util.shared_clock()
 end
 
 -- the rules between options, checked before anything is built

@@ -22,7 +22,6 @@ M.first_timeout = core._first_timeout
 M.backoff_mt = core._metatable      -- the metatable of every object
 M.new = core.new                    -- backoff.new
 M.core_sleep = core.sleep           -- the blocking sleep, unchecked
-M.core_now = core.now               -- backoff.now, the default clock
 M.ffi = { token = core._ffi_token, reasons = core._ffi_reasons,
           failure = core._ffi_failure, success = core._ffi_success }
 
@@ -85,6 +84,17 @@ function M.factors_problem(f)
     end
   end
   return nil
+end
+
+-- The clock of an object shared by the workers: ngx.now inside nginx
+-- (every worker reads the same one, cached per event loop), backoff.now
+-- (monotonic) outside
+function M.shared_clock()
+  local ngx = rawget(_G, "ngx")
+  if type(ngx) == "table" and type(ngx.now) == "function" then
+    return ngx.now
+  end
+  return core.now
 end
 
 ------------------------------------------------------------------------

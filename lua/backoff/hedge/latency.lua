@@ -257,13 +257,12 @@ local function new(opts)
     raise(CTOR .. ": option 'min_delay' must be <= max_delay (got "
           .. repr(o.min_delay) .. " > " .. repr(o.max_delay) .. ")")
   end
-  local _, ngx = util.ngx_phase()
   local self = { percentile = o.percentile, min_delay = o.min_delay,
     max_delay = o.max_delay, span = o.span, min_samples = o.min_samples,
     len = o.span / SLICES, n = 0, fresh = 0 }
   self.ttl = o.span + self.len
   self.refresh = self.len / 8
-  self.clock = o.clock or (ngx and ngx.now) or util.core_now
+  self.clock = o.clock or util.shared_clock()
   storage(self, o, type(opts) == "table" and opts.key ~= nil)
   return setmetatable(self, Latency)
 end
