@@ -31,6 +31,9 @@
 #                        by lua5.1, lua5.4, luajit and a real nginx
 #   make rock-test       luarocks make (5.1 to 5.4), specs against the rock
 #   make lint            luacheck
+#   make house           the house rules: no call, include or require
+#                        circle, no file over 500 lines, no Lua function
+#                        above complexity 15 (spec/house/)
 #   make clean           remove build/ (and in-place builds of old versions)
 #   make rock-build, make rock-install   what `luarocks make` runs
 #
@@ -131,12 +134,13 @@ PKGS_install-test := $(foreach v,5.1 5.4 luajit,$(call build_pkgs,$(v))) \
 PKGS_rock-test := $(COMPILER) $(foreach v,$(LUA_VERSIONS),$(call lua_dev,$(v))) \
               luarocks lua-busted binutils
 PKGS_lint  := lua-check
+PKGS_house := $(call build_pkgs,5.4) lua-check binutils
 
 # every target (`make lint` checks that `make help` lists them all)
 TARGETS := all demo test install uninstall print help bench bench-nginx \
            outage herd-reference ctest ctest-budget core-alone asan-busted \
            valgrind allocfail forged fuzz threads fresh-boot \
-           busted-as-documented install-test rock-test lint clean \
+           busted-as-documented install-test rock-test lint house clean \
            rock-build rock-install
 .PHONY: $(TARGETS) FORCE
 # build/<v>/flags is made by a pattern rule only: keep it
@@ -326,6 +330,7 @@ test: deps-test $(foreach v,$(LUA_VERSIONS),$(call MODULE,$(v)))
 	  $(CURDIR)
 	@$(SUITE) luarocks-make $(MAKE) -s rock-test
 	@$(SUITE) luacheck $(MAKE) -s lint
+	@$(SUITE) house $(MAKE) -s house
 	@sh spec/tap-summary $(TAP_DIR)
 
 # the core must build with no Lua include path at all
@@ -443,6 +448,15 @@ lint: deps-lint
 	      missing="$$missing $$t"; done; \
 	  if [ -z "$$missing" ]; then echo "ok - make help lists every target"; \
 	  else echo "not ok - make help does not list:$$missing"; exit 1; fi
+
+# The house rules of CONTRIBUTING.md, checked on the tree: each csrc/*.c
+# compiled alone with the module's flags (its symbols give the call
+# graph), the #include and require graphs, lines per file, and
+# luacheck's cyclomatic complexity.  Each check first proves on the
+# fixtures of spec/house/fixtures/ that it catches what it looks for.
+house: deps-house
+	@HOUSE_CC='$(subst ','\'',$(CC) $(CFLAGS) $(WARN) $(MODULE_FLAGS) -I$(call lua_inc,5.4) -Icsrc)' \
+	  HOUSE_OUT=$(BUILD)/house lua5.4 spec/house/run.lua $(CURDIR)
 
 # ---- benchmarks (not part of make test) ----------------------------
 # Each writes its figures into a results file under bench/ (through
