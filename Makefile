@@ -10,6 +10,8 @@
 #   make print           the configuration and the paths install would use
 #   make bench           call costs, the herd, the deadline, the outage:
 #                        writes bench/results.md (LuaJIT and 5.4 only)
+#   make jit-check       the LuaJIT bench in 30 fresh processes: in how many
+#                        the retry row's loop ran as one loop trace (all)
 #   make bench-nginx     worker CPU per request in a real nginx (wrk):
 #                        writes bench/results-nginx.md
 #   make outage          retry storms: every budget kind against partial and
@@ -117,6 +119,7 @@ PKGS_test  := $(COMPILER) $(foreach v,$(LUA_VERSIONS),$(call lua_dev,$(v))) \
               valgrind clang libclang-rt-dev nginx libnginx-mod-http-lua \
               python3-prometheus-client
 PKGS_bench := $(call build_pkgs,5.4) $(call build_pkgs,luajit)
+PKGS_jit-check := $(call build_pkgs,luajit)
 PKGS_bench-nginx := $(call build_pkgs,luajit) lua5.4 lua-socket nginx \
               libnginx-mod-http-lua wrk
 PKGS_outage := $(call build_pkgs,luajit)
@@ -137,7 +140,7 @@ PKGS_lint  := lua-check
 PKGS_house := $(call build_pkgs,5.4) lua-check binutils
 
 # every target (`make lint` checks that `make help` lists them all)
-TARGETS := all demo test install uninstall print help bench bench-nginx \
+TARGETS := all demo test install uninstall print help bench jit-check bench-nginx \
            outage herd-reference ctest ctest-budget core-alone asan-busted \
            valgrind allocfail forged fuzz threads fresh-boot \
            busted-as-documented install-test rock-test lint house clean \
@@ -480,14 +483,21 @@ bench: deps-bench $(call MODULE,5.4) $(call MODULE,luajit) \
 	@$(RECORD) start $(BUILD)/results.md "make bench"
 	@$(RECORD) run $(BUILD)/results.md "Call costs, Lua 5.4" \
 	  "$(call LUA_ENV,5.4) lua5.4 bench/bench.lua"
-	@$(RECORD) run $(BUILD)/results.md "Call costs, LuaJIT" \
-	  "$(call LUA_ENV,luajit) luajit bench/bench.lua"
+	@$(RECORD) run $(BUILD)/results.md "Call costs, LuaJIT, in 5 fresh processes" \
+	  "$(call LUA_ENV,luajit) luajit bench/jit_check.lua --processes 5 --table"
 	@$(RECORD) run $(BUILD)/results.md "The thundering herd" "$(HERD)"
 	@$(RECORD) run $(BUILD)/results.md "The deadline" \
 	  "$(call LUA_ENV,5.4) lua5.4 bench/deadline.lua"
 	@$(RECORD) run $(BUILD)/results.md "Retry storms: the outage" "$(OUTAGE)"
 	@mv $(BUILD)/results.md bench/results.md
 	@echo "figures written to bench/results.md"
+
+# the LuaJIT bench (200,000 calls a row) in 30 fresh processes: fails
+# unless the retry row's loop ran as one loop trace in every one
+JIT_PROCESSES ?= 30
+jit-check: deps-jit-check $(call MODULE,luajit) $(BUILD)/luajit/bench_empty.so
+	@$(call LUA_ENV,luajit) luajit bench/jit_check.lua \
+	  --processes $(JIT_PROCESSES) --calls 200000 --require-all
 
 outage: deps-outage $(call MODULE,luajit)
 	@$(OUTAGE)
