@@ -454,12 +454,8 @@ end
 -- backoff.retry (method = false) and b:retry (method = true).  The
 -- first attempt is made at once: nothing is built for a policy object
 -- until it fails (see after_first), and its results are passed on.
--- The door is vararg (`...`, never used) so that LuaJIT never starts a
--- trace at its entry (CONTRIBUTING.md, "The JIT and the doors"); `...`
--- goes to setup, which ignores it, so that PUC 5.1 builds no `arg`
--- table per call.
 local function runner(method)
-  local function door(policy, fn, ropts, ...)
+  local function door(policy, fn, ropts)
     if hot[1] == policy and ropts == nil then     -- the common case
       return after_plain(policy, fn, yieldable_pcall(fn, 1))
     end
@@ -472,7 +468,7 @@ local function runner(method)
     end
     local b
     if f == nil or type(fn) ~= "function" then
-      f, b = setup(method, policy, fn, ...)
+      f, b = setup(method, policy, fn)
     end
     if ropts ~= nil then check_ropts(ropts) end
     if not f then       -- no deadline: no clock read, unless on_success
@@ -500,10 +496,11 @@ local function runner(method)
     return after_first(policy, b, f, t0, fn, ropts, timeout,
                        yieldable_pcall(fn, 1, timeout))
   end
-  if rawget(_G, "jit") or _VERSION == "Lua 5.1" then return door end
-  -- Lua 5.2-5.4: the common case without the cost of a vararg frame
-  -- (about 6% of the call), the rest in door: a tail call, no level lost
-  return function(policy, fn, ropts)
+  if not rawget(_G, "jit") then return door end
+  -- LuaJIT: what user code calls is vararg (`...`, unused), so that no
+  -- trace starts at its entry (CONTRIBUTING.md, "The JIT and the
+  -- doors"); it takes the common case, door the rest
+  return function(policy, fn, ropts, ...) -- luacheck: ignore 212
     if hot[1] == policy and ropts == nil then
       return after_plain(policy, fn, yieldable_pcall(fn, 1))
     end

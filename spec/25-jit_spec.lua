@@ -1,5 +1,5 @@
--- The retry doors (backoff.retry, b:retry) and the JIT.  A door is a
--- vararg function, so that LuaJIT never starts a trace at its entry
+-- The retry doors (backoff.retry, b:retry) and the JIT.  Under LuaJIT a
+-- door is a vararg function, so that no trace starts at its entry
 -- (CONTRIBUTING.md, "The JIT and the doors"): a trace that started there
 -- either aborted ("leaving loop in root trace": the door passes fn's
 -- results on through a vararg function) until the door was blacklisted
@@ -20,39 +20,6 @@ describe("the retry doors", function()
     assert.same({ "done", 1 }, { b:retry(fn, nil, "extra") })
   end)
 end)
-
--- PUC 5.1 gives a vararg function that never names `...` an `arg`
--- table, built on every call (LUA_COMPAT_VARARG): the doors name it.
--- Its flag is the byte after numparams in string.dump's function header.
-if _VERSION == "Lua 5.1" and not rawget(_G, "jit") then
-  describe("the retry doors on PUC Lua 5.1", function()
-    local function is_vararg_byte(f)
-      local s = string.dump(f)
-      -- header: 12 bytes; size_t and int sizes are at bytes 9 and 8
-      local size_t, int = s:byte(9), s:byte(8)
-      local len = 0
-      for i = size_t, 1, -1 do len = len * 256 + s:byte(12 + i) end
-      if s:byte(7) == 0 then  -- big endian
-        len = 0
-        for i = 1, size_t do len = len * 256 + s:byte(12 + i) end
-      end
-      -- source, linedefined, lastlinedefined, nups, numparams
-      return s:byte(12 + size_t + len + 2 * int + 3)
-    end
-
-    it("build no arg table (VARARG_NEEDSARG unset)", function()
-      local methods = getmetatable(backoff.constant { delay = 1 }).__index
-      for _, door in ipairs({ backoff.retry, methods.retry }) do
-        local flags = is_vararg_byte(door)
-        assert.equal(1, flags % 2)                    -- VARARG_HASARG
-        assert.equal(0, math.floor(flags / 4) % 2)    -- VARARG_NEEDSARG
-      end
-      -- the reader itself: a vararg function that never names `...`
-      local needs = is_vararg_byte(loadstring("return function(...) end")())
-      assert.equal(1, math.floor(needs / 4) % 2)
-    end)
-  end)
-end
 
 if not rawget(_G, "jit") then return end
 
@@ -98,7 +65,7 @@ end
 describe("the retry doors under LuaJIT", function()
   local methods = getmetatable(backoff.constant { delay = 1 }).__index
 
-  it("are vararg functions: no trace starts at their entry", function()
+  it("are vararg functions: LuaJIT counts no hot entry there", function()
     assert.equal("FUNCV", (op(backoff.retry, 0)))
     assert.equal("FUNCV", (op(methods.retry, 0)))
   end)
