@@ -10,6 +10,8 @@
 #   make print           the configuration and the paths install would use
 #   make bench           call costs, the herd, the deadline, the outage:
 #                        writes bench/results.md (LuaJIT and 5.4 only)
+#   make jit-check       the LuaJIT bench in 30 fresh processes: in how many
+#                        the retry row's loop ran as one loop trace (all)
 #   make bench-nginx     worker CPU per request in a real nginx (wrk):
 #                        writes bench/results-nginx.md
 #   make bench-hedge     hedged requests against a slow tail in a real
@@ -34,6 +36,9 @@
 #                        pasted (lua5.1, lua5.4, luajit, a real nginx)
 #   make rock-test       luarocks make (5.1 to 5.4), specs against the rock
 #   make lint            luacheck
+#   make house           the house rules: no call, include or require
+#                        circle, no file over 500 lines, no Lua function
+#                        above complexity 15 (spec/house/)
 #   make clean           remove build/ (and in-place builds of old versions)
 #   make rock-build, make rock-install   what `luarocks make` runs
 #
@@ -130,6 +135,7 @@ PKGS_test  := $(COMPILER) $(foreach v,$(LUA_VERSIONS),$(call lua_dev,$(v))) \
               valgrind clang libclang-rt-dev nginx libnginx-mod-http-lua \
               python3-prometheus-client
 PKGS_bench := $(call build_pkgs,5.4) $(call build_pkgs,luajit)
+PKGS_jit-check := $(call build_pkgs,luajit)
 PKGS_bench-nginx := $(call build_pkgs,luajit) lua5.4 lua-socket nginx \
               libnginx-mod-http-lua wrk
 PKGS_bench-hedge := $(call build_pkgs,luajit) lua5.4 lua-socket nginx \
@@ -150,13 +156,15 @@ PKGS_docs-test := $(PKGS_install-test) curl
 PKGS_rock-test := $(COMPILER) $(foreach v,$(LUA_VERSIONS),$(call lua_dev,$(v))) \
               luarocks lua-busted binutils
 PKGS_lint  := lua-check
+PKGS_house := $(call build_pkgs,5.4) lua-check binutils
 
 # every target (`make lint` checks that `make help` lists them all)
-TARGETS := all demo test install uninstall print help bench bench-nginx \
-           bench-hedge \
+TARGETS := all demo test install uninstall print help bench jit-check \
+           bench-nginx bench-hedge \
            outage herd-reference ctest core-alone asan-busted \
            valgrind allocfail forged fuzz threads fresh-boot \
-           busted-as-documented install-test docs-test rock-test lint clean \
+           busted-as-documented install-test docs-test rock-test lint house \
+           clean \
            rock-build rock-install
 .PHONY: $(TARGETS) FORCE
 # build/<v>/flags is made by a pattern rule only: keep it
@@ -402,6 +410,7 @@ test: deps-test $(foreach v,$(LUA_VERSIONS),$(call MODULE,$(v)))
 	@$(SUITE) nginx-breaker timeout 120 lua5.4 spec/nginx/breaker.lua $(CURDIR)
 	@$(SUITE) luarocks-make $(MAKE) -s rock-test
 	@$(SUITE) luacheck $(MAKE) -s lint
+	@$(SUITE) house $(MAKE) -s house
 	@sh spec/tap-summary $(TAP_DIR)
 
 # the core must build with no Lua include path at all
@@ -524,6 +533,15 @@ lint: deps-lint
 	  if [ -z "$$missing" ]; then echo "ok - make help lists every variable (?=)"; \
 	  else echo "not ok - make help does not list:$$missing"; exit 1; fi
 
+# The house rules of CONTRIBUTING.md, checked on the tree: each csrc/*.c
+# compiled alone with the module's flags (its symbols give the call
+# graph), the #include and require graphs, lines per file, and
+# luacheck's cyclomatic complexity.  Each check first proves on the
+# fixtures of spec/house/fixtures/ that it catches what it looks for.
+house: deps-house
+	@HOUSE_CC='$(subst ','\'',$(CC) $(CFLAGS) $(WARN) $(MODULE_FLAGS) -I$(call lua_inc,5.4) -Icsrc)' \
+	  HOUSE_OUT=$(BUILD)/house lua5.4 spec/house/run.lua $(CURDIR)
+
 # ---- benchmarks (not part of make test) ----------------------------
 # Each writes its figures into a results file under bench/ (through
 # bench/record: date, commit, machine, the exact commands, their output)
@@ -546,14 +564,21 @@ bench: deps-bench $(call MODULE,5.4) $(call MODULE,luajit) \
 	@$(RECORD) start $(BUILD)/results.md "make bench"
 	@$(RECORD) run $(BUILD)/results.md "Call costs, Lua 5.4" \
 	  "$(call LUA_ENV,5.4) lua5.4 bench/bench.lua"
-	@$(RECORD) run $(BUILD)/results.md "Call costs, LuaJIT" \
-	  "$(call LUA_ENV,luajit) luajit bench/bench.lua"
+	@$(RECORD) run $(BUILD)/results.md "Call costs, LuaJIT, in 5 fresh processes" \
+	  "$(call LUA_ENV,luajit) luajit bench/jit_check.lua --processes 5 --table"
 	@$(RECORD) run $(BUILD)/results.md "The thundering herd" "$(HERD)"
 	@$(RECORD) run $(BUILD)/results.md "The deadline" \
 	  "$(call LUA_ENV,5.4) lua5.4 bench/deadline.lua"
 	@$(RECORD) run $(BUILD)/results.md "Retry storms: the outage" "$(OUTAGE)"
 	@mv $(BUILD)/results.md bench/results.md
 	@echo "figures written to bench/results.md"
+
+# the LuaJIT bench (200,000 calls a row) in 30 fresh processes: fails
+# unless the retry row's loop ran as one loop trace in every one
+JIT_PROCESSES ?= 30
+jit-check: deps-jit-check $(call MODULE,luajit) $(BUILD)/luajit/bench_empty.so
+	@$(call LUA_ENV,luajit) luajit bench/jit_check.lua \
+	  --processes $(JIT_PROCESSES) --calls 200000 --require-all
 
 outage: deps-outage $(call MODULE,luajit)
 	@$(OUTAGE)

@@ -195,6 +195,38 @@ for i, c in ipairs(cases) do
 end
 assert(sink ~= nil, "bench: nothing reached the sink")
 
+-- LuaJIT: how the retry row's loop ran, read from the bytecode and the
+-- traces (not from its time): "loop trace N" when the loop, with
+-- backoff.retry inline, is one loop trace; else what kept it from one
+-- (a loop never compiled ran inside another trace or interpreted)
+local function retry_loop_state()
+  local jutil = require "jit.util"
+  local vmdef = require "jit.vmdef"
+  local f
+  for _, c in ipairs(cases) do
+    if c.key == "retry" then f = c[#c] end
+  end
+  for pc = 1, 100 do
+    local ins = jutil.funcbc(f, pc)
+    if not ins then break end
+    local o = ins % 256
+    local op = vmdef.bcnames:sub(o * 6 + 1, o * 6 + 6):gsub(" ", "")
+    if op == "JFORL" then
+      local tr = math.floor(ins / 65536)
+      local info = jutil.traceinfo(tr)
+      if info and info.linktype == "loop" then return "loop trace " .. tr end
+      return ("trace %d, linked as %s, not a loop trace"):format(tr,
+        info and info.linktype or "?")
+    elseif op == "FORL" then
+      return "never compiled (not a loop trace)"
+    elseif op == "IFORL" then
+      return "blacklisted (not a loop trace)"
+    end
+  end
+  return "not found"
+end
+local retry_loop = rawget(_G, "jit") and retry_loop_state()
+
 local function bytes_per_object()
   local n = 100000
   local keep = {}
@@ -246,6 +278,20 @@ end
 print(("(baselines per call: pcall(fn) %.1f ns, hand loop %.1f ns, "
   .. "plain 8-field table %.0f ns)"):format(by_key.pcall * 1e9,
   by_key.hand * 1e9, by_key.table8 * 1e9))
+if retry_loop then
+  print("LuaJIT: the retry row's loop ran as " .. retry_loop)
+end
+-- for bench/jit_check.lua, which runs this file in fresh processes
+if os.getenv("BENCH_MACHINE") then
+  local line = {}
+  for _, r in ipairs(ratios) do
+    line[#line + 1] = ("%s/%s=%.4f"):format(r[2], r[4],
+      by_key[r[2]] / by_key[r[4]])
+  end
+  print("machine: " .. table.concat(line, " ") .. " retry_loop="
+    .. (retry_loop and (retry_loop:match("^loop trace") and "loop" or "other")
+        or "-"))
+end
 local bytes = bytes_per_object()
 print(("bytes per object (10^5 objects):   %.0f"):format(bytes))
 print(("garbage per b:failure(ts) call:    %.4f bytes (10^6 calls)")

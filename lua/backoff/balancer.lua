@@ -205,6 +205,17 @@ local function warn_500(ngx)
     .. "balancer phase lua-nginx-module turns an HTTP status into 500)")
 end
 
+-- the client went before a verdict on the upstream: neither success
+-- nor failure (nothing recorded, the breaker's ticket given back), the
+-- attempts counted
+local function aborted_request(st, m)
+  engine.release(st)
+  if m then
+    m:add("attempts", st.attempt)
+    m:add("retries", st.attempt - 1)
+  end
+end
+
 --- balancer.done(opts [, ok]) in log_by_lua*: the outcome of the last
 -- try, for the budget, the breaker and the metrics.  ok: true/false, or
 -- nil to read ngx.status (>= 500 is a failure; 499 and 408 are client
@@ -227,15 +238,7 @@ function M.done(opts, ok)
     aborted = aborts[status] or false
     ok = status < 500
   end
-  local m = rawget(opts, "metrics")
-  if aborted then                   -- neither success nor failure
-    engine.release(st)
-    if m then
-      m:add("attempts", st.attempt)
-      m:add("retries", st.attempt - 1)
-    end
-    return
-  end
+  if aborted then return aborted_request(st, rawget(opts, "metrics")) end
   if not st.recorded then engine.record(st, ok) end
   if ok then
     engine.ended_well(opts, st.attempt, 0)

@@ -16,8 +16,8 @@ local setup = require "backoff.setup"
 local util = require "backoff.util"
 local check = require "backoff.check"
 
-local select, setmetatable, type, unpack =
-      select, setmetatable, type, table.unpack or unpack
+local rawget, select, setmetatable, type, unpack =
+      rawget, select, setmetatable, type, table.unpack or unpack
 local is_backoff, callable, raise = util.is_backoff, util.callable, check.raise
 
 local WHO = "backoff.retry"
@@ -132,8 +132,24 @@ local function first(method, policy, fn, ropts)
   return after_first(st, fn, fn(1, st.timeout))
 end
 
--- backoff.retry (method = false) and b:retry (method = true)
+-- backoff.retry (method = false) and b:retry (method = true): the
+-- common case, else first().  Under LuaJIT the function user code calls
+-- is vararg (`...`, unused), so that no trace ever starts at its entry
+-- (CONTRIBUTING.md, "The JIT and the doors"): a trace started there
+-- either aborted until the door was blacklisted for the process, or,
+-- recorded on a first call, took the caller's loop into its side trace;
+-- which of the two a process drew depended on where its bytecode landed
+-- in memory.  Lua 5.2-5.4 keep a fixed-arity function (a vararg frame
+-- costs about 6% of the call there).
 local function runner(method)
+  if rawget(_G, "jit") then
+    return function(policy, fn, ropts, ...) -- luacheck: ignore 212
+      if hot[1] == policy and ropts == nil and type(fn) == "function" then
+        return after_plain(policy, fn, fn(1))     -- the common case
+      end
+      return first(method, policy, fn, ropts)
+    end
+  end
   return function(policy, fn, ropts)
     if hot[1] == policy and ropts == nil and type(fn) == "function" then
       return after_plain(policy, fn, fn(1))       -- the common case
