@@ -27,7 +27,6 @@
 --     these rules are applied);
 --   * copies run in light threads: only where nginx can spawn them.
 
-local http = require "backoff.http"
 local rules = require "backoff.http.rules"
 local setup = require "backoff.setup"
 local check = require "backoff.check"
@@ -130,7 +129,7 @@ end
 -- the try's timeouts for do_request, from the gate's seconds
 local function timeouts_of(st, t)
   if t == nil then return nil end
-  return http.timeouts(t, st.o.timeouts)
+  return rules.timeouts(t, st.o.timeouts)
 end
 
 ------------------------------------------------------------------------

@@ -36,8 +36,7 @@ local check = require "backoff.check"
 local util = require "backoff.util"
 local hint_mod = require "backoff.http.hint"
 
-local error, floor, max, pairs, type =
-      error, math.floor, math.max, pairs, type
+local error, pairs, type = error, pairs, type
 local repr, raise = util.repr, check.raise
 
 local M = {
@@ -50,21 +49,7 @@ local M = {
 ------------------------------------------------------------------------
 -- per-try timeouts
 
--- the table handed to do_request; factors already checked.  Whole
--- milliseconds, at least 1, at most the longest timeout nginx takes (a
--- huge timeout x 1000 would otherwise overflow to inf).
-local MAX_MS = util.MAX_TIMEOUT_MS
-local function ms(s)
-  if s == nil then return nil end
-  local v = s * 1000
-  if v >= MAX_MS then return MAX_MS end
-  return max(1, floor(v))
-end
-
-local function make_timeouts(timeout, factors)
-  local c, s, r = util.sides(timeout, factors)
-  return { connect = ms(c), send = ms(s), read = ms(r), timeout = timeout }
-end
+local make_timeouts = rules.timeouts
 
 --- timeouts(timeout [, factors]) -> { connect, send, read (ms), timeout
 -- (s) } | nil: a try's timeout (seconds) in the shape of lua-resty-http's

@@ -8,8 +8,8 @@ local setup = require "backoff.setup"
 local util = require "backoff.util"
 local hint_mod = require "backoff.http.hint"
 
-local error, floor, ipairs, next, pcall, setmetatable, type =
-      error, math.floor, ipairs, next, pcall, setmetatable, type
+local error, floor, ipairs, max, next, pcall, setmetatable, type =
+      error, math.floor, ipairs, math.max, next, pcall, setmetatable, type
 local find, lower = string.find, string.lower
 local repr, raise = util.repr, check.raise
 local header, hint_of = hint_mod.header, hint_mod.hint
@@ -94,6 +94,26 @@ function R.not_sent(err, stage)
   return false
 end
 local not_sent = R.not_sent
+
+------------------------------------------------------------------------
+-- a try's timeouts, in the clients' milliseconds
+
+-- the table handed to do_request; factors already checked.  Whole
+-- milliseconds, at least 1, at most the longest timeout nginx takes (a
+-- huge timeout x 1000 would otherwise overflow to inf).
+local MAX_MS = util.MAX_TIMEOUT_MS
+local function ms(s)
+  if s == nil then return nil end
+  local v = s * 1000
+  if v >= MAX_MS then return MAX_MS end
+  return max(1, floor(v))
+end
+
+--- R.timeouts(timeout, factors) -> the table handed to do_request
+function R.timeouts(timeout, factors)
+  local c, s, r = util.sides(timeout, factors)
+  return { connect = ms(c), send = ms(s), read = ms(r), timeout = timeout }
+end
 
 ------------------------------------------------------------------------
 -- the options of an HTTP door
