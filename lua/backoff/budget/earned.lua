@@ -7,9 +7,9 @@
 -- The rule (defaults in brackets):
 --   * the reserve: at most R tokens may be spent with no success in
 --     between, R = per_request (0.08) x the requests (first attempts)
---     of the last `span` (10) seconds + cost (1) x the failures of that
---     span that a later success ended, at least cost (one retry), at
---     most capacity (8);
+--     of the last `span` (10) seconds + per_failure (2) x the failures
+--     of that span that a later success ended, at least cost (one
+--     retry), at most capacity (8);
 --   * a retry withdraws cost (1) and is refused, taking nothing, when
 --     fewer than cost remain of the reserve;
 --   * a success earns earn x s tokens (6 x s), s the success share of
