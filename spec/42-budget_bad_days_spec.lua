@@ -118,3 +118,161 @@ for _, w in ipairs(both(budget.adaptive)) do
     end)
   end)
 end
+
+------------------------------------------------------------------------
+-- budget.recommended on bad days: the rule's parts that bench/outage.lua
+-- (make outage) measures -- the credit for recoveries, the first retry's
+-- half of it, the price of a timeout
+
+for _, where in ipairs { "in-process", "shared" } do
+  local function make(c, opts)
+    opts = opts or {}
+    opts.clock = c.now
+    if where == "shared" then
+      opts.shared, opts.key = new_dict(), "api"
+      return budget.earned(opts)
+    end
+    return budget.earned(opts)
+  end
+
+  -- `n` requests over `seconds`, each failing or not
+  local function requests(b, c, n, seconds, ok)
+    for _ = 1, n do
+      c.t = c.t + seconds / n
+      b:record(ok, 1)
+    end
+  end
+
+  describe("budget.recommended (" .. where .. ") on bad days", function()
+    it("lends per_recovery retries per failed request of a recovery, "
+       .. "for one span", function()
+      local c = clock(2000)
+      local b = make(c)
+      requests(b, c, 100, 10, true)            -- B = 8
+      requests(b, c, 20, 2, false)             -- down 2 s: 20 requests
+      assert.equal(0, b:credit())
+      requests(b, c, 10, 1, true)              -- up: not two slices...
+      assert.equal(0, b:credit())
+      requests(b, c, 20, 2, true)              -- ...now past them
+      assert.equal(5 * 20, b:credit())
+      assert.equal(8 + 100, b:reserve())
+      c.t = c.t + 10                           -- the span has passed
+      assert.equal(0, b:credit())
+    end)
+
+    it("lends nothing for a blip (fewer than 3 failed requests), nor "
+       .. "when a failure comes before the recovery is confirmed",
+       function()
+      local c = clock(2000)
+      local b = make(c)
+      requests(b, c, 100, 10, true)
+      requests(b, c, 2, 0.2, false)            -- a blip
+      requests(b, c, 30, 3, true)
+      assert.equal(0, b:credit())
+      requests(b, c, 10, 1, false)             -- down
+      requests(b, c, 3, 0.3, true)             -- up briefly...
+      requests(b, c, 1, 0.1, false)            -- ...down again
+      requests(b, c, 30, 3, true)              -- this run: 1 request
+      assert.equal(0, b:credit())
+    end)
+
+    it("lets a request's first retry use only half the credit; the "
+       .. "requests already retrying the rest", function()
+      local c = clock(2000)
+      local b = make(c, { per_request = 0, per_failure = 0 })  -- B: 1
+      requests(b, c, 8, 0.8, false)
+      requests(b, c, 30, 3, true)
+      assert.equal(40, b:credit())
+      assert.equal(41, b:reserve())
+      local first, later = 0, 0
+      c.t = c.t + 0.01
+      while true do                            -- dead: first retries
+        b:record(false, 1)                     -- (inferred: attempt 2)
+        if not b:withdraw() then break end
+        first = first + 1
+      end
+      assert.equal(1 + 40 / 2, first)
+      b:record(false, 2)                       -- a retry failed: the next
+      while b:withdraw() do                    -- is attempt 3
+        later = later + 1
+        b:record(false, 3)
+      end
+      assert.equal(41 - first, later)
+      -- told explicitly, whatever was recorded last
+      b:record(false, 1)
+      assert.is_false(b:allows(1, 3))
+    end)
+
+    it("a dead upstream after a healthy spell gets B alone, as before "
+       .. "(no recovery seen: no credit)", function()
+      for _, rate in ipairs { 2, 10, 40 } do
+        local c = clock(1e6 + 0.5)
+        local b = make(c)
+        requests(b, c, 30 * rate, 30, true)
+        local granted = 0
+        for _ = 1, 60 * rate do
+          c.t = c.t + 1 / rate
+          b:record(false, 1)
+          if b:withdraw() then
+            granted = granted + 1
+            b:record(false, 2)
+          end
+        end
+        assert.equal(0, b:credit())
+        assert.is_true(granted <= math.max(1, math.min(8, 0.8 * rate))
+                       + 1e-9, "rate " .. rate .. ": " .. granted)
+      end
+    end)
+
+    it("prices a retry after a timeout at timeout_cost (6): after a hung "
+       .. "spell, at most one such retry per success", function()
+      local c = clock(2000)
+      local b = make(c)
+      assert.equal(6, b:timeout_cost())
+      requests(b, c, 100, 10, true)
+      -- hung for 10 s: every attempt times out, a retry at 6 tokens
+      local granted, successes = 0, 0
+      for _ = 1, 100 do
+        c.t = c.t + 0.1
+        b:record(false, 1)
+        if b:withdraw(b:timeout_cost()) then granted = granted + 1 end
+      end
+      assert.is_true(granted <= 1)
+      -- it recovers: new requests succeed while the hung ones time out
+      granted = 0
+      for _ = 1, 10 do
+        c.t = c.t + 0.05
+        b:record(true, 1)
+        successes = successes + 1
+        c.t = c.t + 0.05
+        b:record(false, 1)
+        if b:withdraw(b:timeout_cost()) then granted = granted + 1 end
+      end
+      assert.is_true(granted <= successes * b:success_share() + 1,
+                     granted .. " retries for " .. successes .. " successes")
+      -- the same failures, not timeouts (cost 1): about 3 per success
+      local plain = 0
+      for _ = 1, 10 do
+        c.t = c.t + 0.05
+        b:record(true, 1)
+        c.t = c.t + 0.05
+        b:record(false, 1)
+        if b:withdraw() then plain = plain + 1 end
+      end
+      assert.is_true(plain > granted)
+    end)
+
+    it("checks the attempt argument of withdraw and allows", function()
+      local b = make(clock())
+      for _, v in ipairs { 1, 0, -2, 2.5, 0 / 0, math.huge, "3", true } do
+        for _, m in ipairs { "withdraw", "allows" } do
+          local ok, err = pcall(b[m], b, 1, v)
+          assert.is_false(ok)
+          assert.matches("bad argument #2 to '" .. m .. "' %(attempt must "
+            .. "be an integer >= 2", err)
+        end
+      end
+      assert.is_true(b:withdraw(1, 2))
+    end)
+  end)
+end
