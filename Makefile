@@ -13,7 +13,9 @@
 #   make bench-nginx     worker CPU per request in a real nginx (wrk):
 #                        writes bench/results-nginx.md
 #   make outage          retry storms: every budget kind against partial and
-#                        full outages and a brownout (build/outage-*.svg)
+#                        full outages, a brownout, timeouts, a flapping
+#                        upstream, a metastable storm, quiet processes:
+#                        writes bench/results-outage.md, build/outage-*.svg
 #   make herd-reference  the herd re-run by an independent model (Python):
 #                        writes bench/results-herd-reference.md
 #   make ctest           C tests of the core (cmocka, ASan + UBSan)
@@ -454,10 +456,10 @@ $(BUILD)/%/bench_empty.so: bench/empty.c | deps-lua-%
 	@mkdir -p $(@D)
 	$(CC) -O2 -std=c99 -fPIC -I$(call lua_inc,$*) -o $@ bench/empty.c $(LIBFLAG)
 
-# the outage matrix in virtual time (about 35 s of CPU): build/outage.csv,
-# build/outage-<event>.svg
+# the outage matrix and the bad days in virtual time (about a minute of
+# CPU), its targets checked: build/outage.csv, build/outage-<event>.svg
 OUTAGE = $(call LUA_ENV,luajit) luajit bench/outage.lua \
-	  --csv $(BUILD)/outage.csv --svg $(BUILD)/outage.svg
+	  --csv $(BUILD)/outage.csv --svg $(BUILD)/outage.svg --markdown --check
 HERD = $(call LUA_ENV,luajit) luajit bench/herd.lua --csv $(BUILD)/herd.csv \
 	  --svg $(BUILD)/herd.svg
 
@@ -476,7 +478,11 @@ bench: deps-bench $(call MODULE,5.4) $(call MODULE,luajit) \
 	@echo "figures written to bench/results.md"
 
 outage: deps-outage $(call MODULE,luajit)
-	@$(OUTAGE)
+	@$(RECORD) start $(BUILD)/results-outage.md "make outage"
+	@$(RECORD) run $(BUILD)/results-outage.md \
+	  "Retry storms: the outage matrix and the bad days" "$(OUTAGE)"
+	@mv $(BUILD)/results-outage.md bench/results-outage.md
+	@echo "figures written to bench/results-outage.md"
 
 # worker CPU per request of a backoff.retry handler / a pcall handler in
 # a real nginx (1 worker, wrk, 127.0.0.1)
