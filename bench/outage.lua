@@ -33,7 +33,10 @@
 --   costs 10), rows where failures are timeouts; budget.grpc{} (gRFC
 --   A6's example: 10 tokens, ratio 0.1); budget.ratio{} (Finagle: 20%
 --   over 10 s + 10/s); budget.adaptive{} (SRE: k 2 over 120 s); and
---   budget.recommended() per process and per host of 4.  Each at its
+--   budget.recommended() per process and per host of 4; and the same
+--   rule without its credit for recoveries (per_recovery = 0) and with
+--   a timeout's retry at the cost of any other, as it was before them
+--   (rows "rec., no credit, 1/timeout").  Each at its
 --   defaults, driven as the runner drives a budget (see the model): a
 --   retry after the brownout's 503 + Retry-After is withdrawn at
 --   bud:throttle_cost(), one after a timeout at bud:timeout_cost(),
@@ -185,6 +188,23 @@ local function settings_for(host)
         return budget.recommended { shared = c.dict, clock = c.clock }
       end },
   }
+  -- the rule without its parts for the bad days: no credit for
+  -- recoveries (so no first-retry rule), a timeout's retry at the cost
+  -- of any other (the recommended setting before them)
+  local function plain(err, _, bud)
+    if err == "throttle" then return bud:throttle_cost() end
+  end
+  s[#s + 1] = { id = "rec0", name = "rec., no credit, 1/timeout",
+    retries = true, cost = plain,
+    budget = function(c)
+      return budget.earned { clock = c.clock, per_recovery = 0 }
+    end }
+  s[#s + 1] = { id = "rec04", name = "the same, host of " .. host,
+    retries = true, share = host, cost = plain,
+    budget = function(c)
+      return budget.earned { shared = c.dict, clock = c.clock,
+                             per_recovery = 0 }
+    end }
   for _, row in ipairs(breaker_rows(host)) do s[#s + 1] = row end
   return s
 end
@@ -225,7 +245,7 @@ local function kinds_for(shares, lengths, brownout)
 end
 
 local QUIET_ROWS = { retries = true, token = true, token4 = true,
-                     rec = true, rec4 = true }
+                     rec = true, rec4 = true, rec0 = true, rec04 = true }
 
 -- The bad days, for a fleet of `load` requests/s
 local function bad_days(load)
