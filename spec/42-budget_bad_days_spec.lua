@@ -276,3 +276,45 @@ for _, where in ipairs { "in-process", "shared" } do
     end)
   end)
 end
+
+describe("budget.recommended (shared): the credit's slices", function()
+  local function base36(n)
+    local digits, out = "0123456789abcdefghijklmnopqrstuvwxyz", ""
+    repeat
+      local d = n % 36
+      out = digits:sub(d + 1, d + 1) .. out
+      n = (n - d) / 36
+    until n == 0
+    return out
+  end
+
+  it("counts a corrupt or foreign slice as 0, and a write to it deletes "
+     .. "it", function()
+    local dict, t = new_dict(), 3000.5
+    local b = budget.recommended { shared = dict, clock = function()
+      return t end }
+    local key = b:dict_key() .. ":" .. base36(3000) .. ":r"
+    for _, v in ipairs { "x", 0 / 0, math.huge, -5, 2.5, 2 ^ 60 } do
+      dict.data[key] = v
+      assert.equal(0, b:credit())
+      assert.equal(1, b:reserve())
+    end
+    -- a recovery confirmed in that slice: the write finds the corrupt
+    -- value, deletes it, and lends nothing for it (the next one counts;
+    -- a string is left to expire, as under B's slices: incr refuses it)
+    dict.data[key] = 2.5
+    t = 2997.5                               -- another worker, earlier
+    local w = budget.recommended { shared = dict, clock = function()
+      return t end }
+    for _ = 1, 5 do w:record(false, 1) end
+    for _ = 1, 5 do t = t + 0.2 w:record(true, 1) end   -- slice 2998
+    t = 3000.5
+    w:record(true, 1)                        -- confirmed in slice 3000
+    assert.is_nil(dict.data[key])
+    assert.equal(0, w:credit())
+    for _ = 1, 3 do w:record(false, 1) end
+    for _ = 1, 12 do t = t + 0.2 w:record(true, 1) end
+    assert.equal(15, w:credit())
+    assert.equal(15, b:credit())
+  end)
+end)
