@@ -17,7 +17,9 @@
 #   make bench-hedge     hedged requests against a slow tail in a real
 #                        nginx: writes bench/results-hedge.md
 #   make outage          retry storms: every budget kind against partial and
-#                        full outages and a brownout (build/outage-*.svg)
+#                        full outages, a brownout, timeouts, a flapping
+#                        upstream, a metastable storm, quiet processes:
+#                        writes bench/results-outage.md, build/outage-*.svg
 #   make herd-reference  the herd re-run by an independent model (Python):
 #                        writes bench/results-herd-reference.md
 #   make ctest           C tests of the core (cmocka, ASan + UBSan)
@@ -552,10 +554,10 @@ $(BUILD)/%/bench_empty.so: bench/empty.c | deps-lua-%
 	@mkdir -p $(@D)
 	$(CC) -O2 -std=c99 -fPIC -I$(call lua_inc,$*) -o $@ bench/empty.c $(LIBFLAG)
 
-# the outage matrix in virtual time (about 35 s of CPU): build/outage.csv,
-# build/outage-<event>.svg
+# the outage matrix and the bad days in virtual time (about a minute of
+# CPU), its targets checked: build/outage.csv, build/outage-<event>.svg
 OUTAGE = $(call LUA_ENV,luajit) luajit bench/outage.lua \
-	  --csv $(BUILD)/outage.csv --svg $(BUILD)/outage.svg
+	  --csv $(BUILD)/outage.csv --svg $(BUILD)/outage.svg --markdown --check
 HERD = $(call LUA_ENV,luajit) luajit bench/herd.lua --csv $(BUILD)/herd.csv \
 	  --svg $(BUILD)/herd.svg
 
@@ -581,7 +583,11 @@ jit-check: deps-jit-check $(call MODULE,luajit) $(BUILD)/luajit/bench_empty.so
 	  --processes $(JIT_PROCESSES) --calls 200000 --require-all
 
 outage: deps-outage $(call MODULE,luajit)
-	@$(OUTAGE)
+	@$(RECORD) start $(BUILD)/results-outage.md "make outage"
+	@$(RECORD) run $(BUILD)/results-outage.md \
+	  "Retry storms: the outage matrix and the bad days" "$(OUTAGE)"
+	@mv $(BUILD)/results-outage.md bench/results-outage.md
+	@echo "figures written to bench/results-outage.md"
 
 # worker CPU per request of a backoff.retry handler / a pcall handler in
 # a real nginx (1 worker, wrk, 127.0.0.1)

@@ -1,6 +1,6 @@
--- Retry storms: a matrix of outages, in virtual time, driving the backoff
--- module (the model is bench/outage_model.lua; doc/budget.md discusses
--- the figures).
+-- Retry storms: a matrix of outages and the bad days around it, in
+-- virtual time, driving the backoff module (the model is
+-- bench/outage_model.lua; doc/budget.md discusses the figures).
 --
 -- * 100 clients, each a process issuing 10 requests per second, open
 --   loop (Poisson): 1,000 requests per second; the server serves a FIFO
@@ -8,22 +8,40 @@
 --   would wait more than 1 s.  Every failed attempt is retried by a
 --   backoff object of its own: exponential from 0.1 s to 20 s, full
 --   jitter, at most 10 attempts.
--- * The events, each after 20 s of normal load and followed by 45 s
---   more: every attempt fails at once with probability 10, 30, 50, 80
---   or 100% (a full outage), for 10, 60 or 300 s; and a brownout: for
---   60 s the capacity is halved and whatever cannot be served at once
---   is refused with 503 and Retry-After: 1.
+-- * The matrix, each event after 20 s of normal load and followed by
+--   45 s more: every attempt fails at once with probability 10, 30, 50,
+--   80 or 100% (a full outage), for 10, 60 or 300 s; and a brownout:
+--   for 60 s the capacity is halved and whatever cannot be served at
+--   once is refused with 503 and Retry-After: 1.
+-- * The bad days (--no-bad-days: none):
+--   - timeouts: 50, 80 or 100% of the attempts hang and time out after
+--     1 s (no server work), for 10 or 60 s;
+--   - flapping: the upstream is down 5 s (every attempt fails at once)
+--     and up 5 s, for 2 minutes;
+--   - a metastable storm: capacity 1,050/s for the load of 1,000/s, and
+--     each refusal costs the server half a request's work; a full
+--     outage of 10 or 60 s, followed by 2 minutes;
+--   - quiet processes: 1,000 requests/s from processes of 1, 2 and 5
+--     requests/s each (1,000, 500 and 200 of them), failing 50, 80 or
+--     100% for 10 or 60 s;
+--   - a mixed fleet: 48 processes at 1 request/s and 48 at 20/s, 50% or
+--     80% failing for 10 s; the success of each half.
 -- * The settings: no retries; retries without a budget; the token
 --   bucket budget{} (the AWS SDKs' quota: 500 tokens, cost 5, refund 1)
---   per process and shared by the 4 workers of a host; budget.grpc{}
---   (gRFC A6's example: 10 tokens, ratio 0.1); budget.ratio{} (Finagle:
---   20% over 10 s + 10/s); budget.adaptive{} (SRE: k 2 over 120 s); and
---   budget.recommended() per process and per host of 4.  Each at its
---   defaults.  AWS standard mode (budget{} with retry_cost =
---   budget.aws_cost) is the token bucket here: no error is a timeout.
---   The recommended setting is told what the server said: a retry
---   after the brownout's 503 + Retry-After is withdrawn at
---   bud:throttle_cost().
+--   per process and shared by the 4 workers of a host; AWS standard
+--   mode (budget{} with retry_cost = budget.aws_cost: a timeout's retry
+--   costs 10), rows where failures are timeouts; budget.grpc{} (gRFC
+--   A6's example: 10 tokens, ratio 0.1); budget.ratio{} (Finagle: 20%
+--   over 10 s + 10/s); budget.adaptive{} (SRE: k 2 over 120 s); and
+--   budget.recommended() per process and per host of 4; and the same
+--   rule without its credit for recoveries (per_recovery = 0) and with
+--   a timeout's retry at the cost of any other, as it was before them
+--   (rows "rec., no credit, 1/timeout").  Each at its
+--   defaults, driven as the runner drives a budget (see the model): a
+--   retry after the brownout's 503 + Retry-After is withdrawn at
+--   bud:throttle_cost(), one after a timeout at bud:timeout_cost(),
+--   when the budget has the method (the recommended setting); rows
+--   with a circuit breaker plug in at BREAKER_ROWS below.
 --
 -- Figures per event and setting:
 -- * amp: attempts the server receives during the event / requests the
@@ -32,15 +50,19 @@
 --   eventually succeed;
 -- * drain: from the end of the event to the end of the last 1-second bin
 --   in which retries are more than 5% of the requests issued in that bin;
--- * overload: from the end of the event to the last moment the server
---   refuses a request or makes one wait more than 0.1 s (not counting
---   the first 0.1 s, when the queue left by a brownout drains).
+-- * overload (ovl): from the end of the event to the last moment the
+--   server refuses a request or makes one wait more than 0.1 s (not
+--   counting the first 0.1 s, when the queue left by a brownout drains);
+-- * shed: requests the server refused (503), from the event's start on;
+--   busy: seconds (in 0.1 s steps) from the event's start on in which
+--   it refused one or made one wait more than 0.1 s.
 --
 --   luajit bench/outage.lua [--seed 1] [--clients 100] [--rate 10]
 --     [--capacity 1500] [--policy full|decorrelated|equal]
 --     [--attempts 10] [--host 4] [--retry-after 1] [--only a,b]
 --     [--shares 10,30,50,80,100] [--lengths 10,60,300] [--no-brownout]
---     [--csv FILE] [--svg FILE] [--markdown] [--check]
+--     [--no-matrix] [--no-bad-days] [--csv FILE] [--svg FILE]
+--     [--markdown] [--check]
 --   luajit bench/outage.lua --sweep [--part I/N] [--rates 1,2,5,8,10,20]
 --     [--sweep-csv FILE]     (the grid: see "The sweep" below)
 --   luajit bench/outage.lua --by-rate 1,2,5,10,20   (see by_rate below)
@@ -54,7 +76,8 @@ local model = dofile(here .. "outage_model.lua")
 local budget = require "backoff.budget"
 
 local FLAGS = { ["--markdown"] = true, ["--check"] = true,
-                ["--sweep"] = true, ["--no-brownout"] = true }
+                ["--sweep"] = true, ["--no-brownout"] = true,
+                ["--no-matrix"] = true, ["--no-bad-days"] = true }
 local function option(name, default)
   for i = 1, #arg do
     if arg[i] == name then
@@ -91,20 +114,62 @@ local function policy_of(name, attempts)
   return p
 end
 
--- the recommended setting's retry cost: what the server said
-local function throttle_cost(err, _, bud)
-  if err == "throttle" then return bud:throttle_cost() end
+-- the runner's cost of a retry (doc/budget.md, "With backoff.retry"):
+-- after a hint (the brownout's Retry-After) bud:throttle_cost(), after
+-- a timeout bud:timeout_cost(), when the budget has them; else nil,
+-- the budget's own
+local function runner_cost(err, _, bud)
+  if err == "throttle" and bud.throttle_cost then
+    return bud:throttle_cost()
+  end
+  if err == "timeout" and bud.timeout_cost then return bud:timeout_cost() end
+end
+
+-- AWS standard mode: ropts.retry_cost = budget.aws_cost
+local function aws_cost(err) return budget.aws_cost(err) end
+
+-- BREAKER_ROWS: the rows with a circuit breaker, "breaker alone" and
+-- "budget + breaker", each a setting as below with `breaker = function(
+-- ctx) -> a breaker` (the protocol the model drives: allows(), allow()
+-- -> ok [, ticket], record(ok, ticket, seconds), release(ticket); one
+-- object per process over the host's dict, ctx.dict and ctx.clock).
+-- They appear when backoff.breaker can be loaded; its targets are not
+-- checked here yet.
+local function breaker_rows(host)
+  local ok, breaker = pcall(require, "backoff.breaker")
+  if not ok or type(breaker) ~= "table"
+     or type(breaker.recommended) ~= "function" then
+    return {}
+  end
+  local function make(c)
+    return breaker.recommended { shared = c.dict, clock = c.clock }
+  end
+  return {
+    { id = "brk4", name = "breaker alone, host of " .. host,
+      retries = true, share = host, breaker = make },
+    { id = "recbrk4", name = "rec. + breaker, host of " .. host,
+      retries = true,
+      share = host, cost = runner_cost, breaker = make,
+      budget = function(c)
+        return budget.recommended { shared = c.dict, clock = c.clock }
+      end },
+  }
 end
 
 -- the settings (host: the workers sharing a budget per host)
 local function settings_for(host)
-  return {
+  local s = {
     { id = "none", name = "no retries", retries = false },
     { id = "retries", name = "retries, no budget", retries = true },
     { id = "token", name = "budget{} (token bucket)", retries = true,
       budget = function() return budget {} end },
     { id = "token4", name = "budget{}, host of " .. host, retries = true,
       share = host,
+      budget = function(c) return budget { shared = c.dict } end },
+    { id = "aws", name = "budget{} + aws_cost (AWS)", retries = true,
+      cost = aws_cost, budget = function() return budget {} end },
+    { id = "aws4", name = "AWS, host of " .. host, retries = true,
+      share = host, cost = aws_cost,
       budget = function(c) return budget { shared = c.dict } end },
     { id = "grpc", name = "budget.grpc{} (A6)", retries = true,
       budget = function() return budget.grpc {} end },
@@ -115,14 +180,33 @@ local function settings_for(host)
         return budget.adaptive { clock = c.clock, random = c.random }
       end },
     { id = "rec", name = "budget.recommended()", retries = true,
-      cost = throttle_cost,
+      cost = runner_cost,
       budget = function(c) return budget.recommended { clock = c.clock } end },
     { id = "rec4", name = "recommended, host of " .. host, retries = true,
-      share = host, cost = throttle_cost,
+      share = host, cost = runner_cost,
       budget = function(c)
         return budget.recommended { shared = c.dict, clock = c.clock }
       end },
   }
+  -- the rule without its parts for the bad days: no credit for
+  -- recoveries (so no first-retry rule), a timeout's retry at the cost
+  -- of any other (the recommended setting before them)
+  local function plain(err, _, bud)
+    if err == "throttle" then return bud:throttle_cost() end
+  end
+  s[#s + 1] = { id = "rec0", name = "rec., no credit, 1/timeout",
+    retries = true, cost = plain,
+    budget = function(c)
+      return budget.earned { clock = c.clock, per_recovery = 0 }
+    end }
+  s[#s + 1] = { id = "rec04", name = "the same, host of " .. host,
+    retries = true, share = host, cost = plain,
+    budget = function(c)
+      return budget.earned { shared = c.dict, clock = c.clock,
+                             per_recovery = 0 }
+    end }
+  for _, row in ipairs(breaker_rows(host)) do s[#s + 1] = row end
+  return s
 end
 
 local function keep_only(settings, ids)
@@ -134,12 +218,18 @@ local function keep_only(settings, ids)
   return settings
 end
 
--- the event kinds, each with its events
+-- the settings of the matrix (AWS is the token bucket there: no
+-- failure is a timeout)
+local MATRIX_SKIP = { aws = true, aws4 = true }
+
+-- The event kinds of the matrix, each with its events; a kind may
+-- carry `params` (overriding the fleet's) and `only` (the settings it
+-- runs, by id; default: all but MATRIX_SKIP)
 local function kinds_for(shares, lengths, brownout)
   local kinds = {}
   for _, pct in ipairs(shares) do
     local p = pct / 100
-    local kind = { id = ("fail%d"):format(pct),
+    local kind = { id = ("fail%d"):format(pct), matrix = true,
       title = ("failing share %d%%"):format(pct), events = {} }
     for _, len in ipairs(lengths) do
       kind.events[#kind.events + 1] = { share = p, len = len }
@@ -147,10 +237,67 @@ local function kinds_for(shares, lengths, brownout)
     kinds[#kinds + 1] = kind
   end
   if brownout then
-    kinds[#kinds + 1] = { id = "brownout", events = { { brownout = 0.5,
-      len = 60 } }, title = "brownout: half the capacity, 503 + Retry-After" }
+    kinds[#kinds + 1] = { id = "brownout", matrix = true,
+      events = { { brownout = 0.5, len = 60 } },
+      title = "brownout: half the capacity, 503 + Retry-After" }
   end
   return kinds
+end
+
+local QUIET_ROWS = { retries = true, token = true, token4 = true,
+                     rec = true, rec4 = true, rec0 = true, rec04 = true }
+
+-- The bad days, for a fleet of `load` requests/s
+local function bad_days(load)
+  local kinds = {}
+  for _, pct in ipairs { 50, 80, 100 } do
+    kinds[#kinds + 1] = { id = ("timeout%d"):format(pct), timeouts = true,
+      title = ("timeouts: %d%% of the attempts hang 1 s"):format(pct),
+      events = { { share = pct / 100, len = 10, timeout = 1 },
+                 { share = pct / 100, len = 60, timeout = 1 } } }
+  end
+  kinds[#kinds + 1] = { id = "flap", flap = true,
+    title = "flapping: down 5 s, up 5 s, for 2 minutes",
+    events = { { share = 1, len = 120, flap = { 5, 5 } } } }
+  kinds[#kinds + 1] = { id = "metastable", metastable = true,
+    title = "metastable storm: capacity 1,050/s, a refusal costs half "
+      .. "a request",
+    params = { capacity = 1.05 * load, reject_cost = 0.5, post = 120 },
+    events = { { share = 1, len = 10 }, { share = 1, len = 60 } } }
+  for _, rate in ipairs { 1, 2, 5 } do
+    for _, pct in ipairs { 50, 80, 100 } do
+      kinds[#kinds + 1] = { id = ("quiet%d_%d"):format(rate, pct),
+        quiet = rate, only = QUIET_ROWS,
+        title = ("%g request/s per process (%d of them), %d%% failing")
+          :format(rate, math.floor(load / rate + 0.5), pct),
+        params = { clients = math.floor(load / rate + 0.5), rate = rate },
+        events = { { share = pct / 100, len = 10 },
+                   { share = pct / 100, len = 60 } } }
+    end
+  end
+  local half = math.floor(load / 21 + 0.5)
+  kinds[#kinds + 1] = { id = "mixed", mixed = true, only = QUIET_ROWS,
+    title = ("a mixed fleet: %d processes at 1/s, %d at 20/s")
+      :format(half, half),
+    params = { groups = { { clients = half, rate = 1 },
+                          { clients = half, rate = 20 } } },
+    events = { { share = 0.5, len = 10 }, { share = 0.8, len = 10 } } }
+  return kinds
+end
+
+local function runs(kind, s)
+  if kind.only then return kind.only[s.id] or s.breaker ~= nil end
+  if kind.matrix then return not MATRIX_SKIP[s.id] end
+  return true
+end
+
+local function kind_params(params, kind)
+  if not kind.params then return params end
+  local p = {}
+  for k, v in pairs(params) do p[k] = v end
+  for k, v in pairs(kind.params) do p[k] = v end
+  if kind.params.groups then p.clients, p.rate = nil, nil end
+  return p
 end
 
 -- results[kind][event][setting id]
@@ -158,89 +305,21 @@ local function run_matrix(params, settings, kinds)
   local results = {}
   for k, kind in ipairs(kinds) do
     results[k] = {}
+    local p = kind_params(params, kind)
     for e, ev in ipairs(kind.events) do
       results[k][e] = {}
       for _, s in ipairs(settings) do
-        results[k][e][s.id] = model.simulate(params, ev, s)
+        if runs(kind, s) then
+          results[k][e][s.id] = model.simulate(p, ev, s)
+        end
       end
     end
   end
   return results
 end
 
--- The targets for the recommended setting (per process
--- against the per-process token bucket, per host against the host's).
--- Each measurement: { rid, target, value, ok, what [, ref_overloaded] }:
--- ref_overloaded, for the overload, when no retries overloads as well;
--- for success at 80%, when the token bucket overloads.
-local TARGETS = {
-  { id = "amp", text = "amplification in full outages (10, 60, 300 s)",
-    limit = "<= 1.10", worst = "max", fmt = "%.3f" },
-  { id = "succ", text = "failing 10-50%: success, points below no budget's",
-    limit = "<= 2", worst = "max", fmt = "%.2f" },
-  { id = "ovl", text = "overload after any event (s)", limit = "0",
-    worst = "max", fmt = "%.1f" },
-  { id = "drain", text = "drain after full outages and the brownout (s)",
-    limit = "0", worst = "max", fmt = "%d" },
-  { id = "drain_nob", text = "drain minus no budget's drain, any event (s)",
-    limit = "<= 0", worst = "max", fmt = "%d" },
-  { id = "s80", text = "failing 80%: success minus the token bucket's "
-    .. "(points)", limit = ">= 0", worst = "min", fmt = "%.1f" },
-  { id = "brown", text = "brownout: amplification (not a target: the "
-    .. "retries made)", worst = "max", fmt = "%.3f" },
-}
-local TARGET = {}
-for _, t in ipairs(TARGETS) do TARGET[t.id] = t end
-
-local function measure(results, kinds, by_id)
-  local out = {}
-  local function add(rid, target, value, ok, what, extra)
-    out[#out + 1] = { rid = rid, target = target, value = value, ok = ok,
-                      what = what, ref_overloaded = extra }
-  end
-  for _, rid in ipairs { "rec", "rec4" } do
-    local ref = rid == "rec" and "token" or "token4"
-    if by_id[rid] then
-      for k, kind in ipairs(kinds) do
-        for e, ev in ipairs(kind.events) do
-          local r = results[k][e][rid]
-          local what = ("%s, %s, %d s"):format(by_id[rid].name, kind.title,
-                                               ev.len)
-          local nob = results[k][e].retries
-          if ev.share == 1 then
-            add(rid, "amp", r.amplification, r.amplification <= 1.10, what)
-          end
-          if ev.share == 1 or ev.brownout then
-            add(rid, "drain", r.drain, r.drain == 0, what)
-          end
-          if ev.brownout then
-            add(rid, "brown", r.amplification, nil, what)
-          end
-          -- the reference: no retries overloads too (a small fleet,
-          -- whose queue passes `slow` by chance)
-          local none = results[k][e].none
-          add(rid, "ovl", r.overload, r.overload == 0, what,
-              none and none.overload > 0)
-          if nob then
-            add(rid, "drain_nob", r.drain - nob.drain, r.drain <= nob.drain,
-                what)
-            if ev.share and ev.share <= 0.5 then
-              local gap = 100 * (nob.success_in - r.success_in)
-              add(rid, "succ", gap, r.success_in >= nob.success_in - 0.02,
-                  what)
-            end
-          end
-          local tb = results[k][e][ref]
-          if ev.share == 0.8 and tb then
-            add(rid, "s80", 100 * (r.success_in - tb.success_in),
-                r.success_in >= tb.success_in, what, tb.overload > 0)
-          end
-        end
-      end
-    end
-  end
-  return out
-end
+local M = dofile(here .. "outage_targets.lua")
+local TARGETS, TARGET, measure = M.TARGETS, M.TARGET, M.measure
 
 ------------------------------------------------------------------------
 -- the sweep: the targets over a grid of fleets, checked for the
@@ -418,8 +497,16 @@ if option("--only", nil) then keep_only(SETTINGS, option("--only")) end
 local by_id = {}
 for _, s in ipairs(SETTINGS) do by_id[s.id] = s end
 
-local KINDS = kinds_for(list("--shares", "10,30,50,80,100"),
-  list("--lengths", "10,60,300"), not option("--no-brownout", false))
+local KINDS = {}
+if not option("--no-matrix", false) then
+  KINDS = kinds_for(list("--shares", "10,30,50,80,100"),
+    list("--lengths", "10,60,300"), not option("--no-brownout", false))
+end
+if not option("--no-bad-days", false) then
+  for _, k in ipairs(bad_days(params.clients * params.rate)) do
+    KINDS[#KINDS + 1] = k
+  end
+end
 
 local t0 = os.clock()
 local results = run_matrix(params, SETTINGS, KINDS)
@@ -431,33 +518,11 @@ print(("outage matrix: %d clients x %g requests/s (Poisson), capacity %g/s,"
     policy_name, policy[2].max_attempts, params.seed,
     elapsed))
 print("amp: attempts / requests during the event; succ: % of its requests"
-  .. " that succeed;\ndrain, overld: seconds after the event (see the top"
-  .. " of bench/outage.lua)")
+  .. " that succeed;\ndr (drain), ovl (overload): seconds after the event;"
+  .. " shed: requests refused,\nbusy: seconds overloaded from the event's"
+  .. " start on (see the top of bench/outage.lua)")
 
-local function cell(r)
-  return ("%5.2f %5.1f %3d %4.1f"):format(r.amplification,
-    100 * r.success_in, r.drain, r.overload)
-end
-
-for k, kind in ipairs(KINDS) do
-  local head, sub = ("\n%-26s"):format(kind.title), ("%-26s"):format(
-    "setting")
-  if #kind.title > 26 then head, sub = "\n" .. kind.title .. "\n"
-    .. (" "):rep(26), sub end
-  for _, ev in ipairs(kind.events) do
-    head = head .. ("  %-18s"):format(("---- %d s ----"):format(ev.len))
-    sub = sub .. ("  %5s %5s %3s %4s"):format("amp", "succ", "dr", "ovl")
-  end
-  print(head)
-  print(sub)
-  for _, s in ipairs(SETTINGS) do
-    local line = ("%-26s"):format(s.name)
-    for e in ipairs(kind.events) do
-      line = line .. "  " .. cell(results[k][e][s.id])
-    end
-    print(line)
-  end
-end
+M.print_tables(KINDS, results, SETTINGS)
 
 local failures, checked = {}, 0
 for _, m in ipairs(measure(results, KINDS, by_id)) do
@@ -474,37 +539,7 @@ print(("\ntargets of the recommended setting: %d checked, %d missed")
   :format(checked, #failures))
 for _, f in ipairs(failures) do print("  missed: " .. f) end
 
--- a summary for the docs: one row per setting
-if option("--markdown", false) then
-  local cols = {
-    { "10%, 60 s: succ", 1, 2, "succ" }, { "50%, 60 s: succ", 3, 2, "succ" },
-    { "80%, 60 s: succ / amp", 4, 2, "both" },
-    { "100%, 10 s: amp", 5, 1, "amp" }, { "100%, 60 s: amp", 5, 2, "amp" },
-    { "100%, 300 s: amp", 5, 3, "amp" },
-    { "brownout: succ / drain", 6, 1, "drain" },
-  }
-  local h, sep = "| setting |", "|---|"
-  for _, c in ipairs(cols) do
-    h, sep = h .. " " .. c[1] .. " |", sep .. "---|"
-  end
-  print("\n" .. h .. "\n" .. sep)
-  for _, s in ipairs(SETTINGS) do
-    local line = "| " .. s.name .. " |"
-    for _, c in ipairs(cols) do
-      local r = results[c[2]][c[3]][s.id]
-      local v
-      if c[4] == "succ" then v = ("%.1f%%"):format(100 * r.success_in)
-      elseif c[4] == "amp" then v = ("%.2f"):format(r.amplification)
-      elseif c[4] == "both" then
-        v = ("%.1f%% / %.2f"):format(100 * r.success_in, r.amplification)
-      else
-        v = ("%.1f%% / %d s"):format(100 * r.success_in, r.drain)
-      end
-      line = line .. " " .. v .. " |"
-    end
-    print(line)
-  end
-end
+if option("--markdown", false) then M.markdown(KINDS, results, SETTINGS) end
 
 -- the CSV: one line per (event, setting, second)
 local f = assert(io.open(CSV, "w"))
@@ -513,9 +548,11 @@ for k, kind in ipairs(KINDS) do
   for e, ev in ipairs(kind.events) do
     for _, s in ipairs(SETTINGS) do
       local r = results[k][e][s.id]
-      for b = 1, r.bins do
-        f:write(("%s,%d,%s,%d,%d,%d\n"):format(kind.id, ev.len, s.id, b - 1,
-          r.issued[b] or 0, r.received[b] or 0))
+      if r then
+        for b = 1, r.bins do
+          f:write(("%s,%d,%s,%d,%d,%d\n"):format(kind.id, ev.len, s.id,
+            b - 1, r.issued[b] or 0, r.received[b] or 0))
+        end
       end
     end
   end
@@ -528,7 +565,7 @@ if SVG then
   local prefix = SVG:gsub("%.svg$", "")
   for k, kind in ipairs(KINDS) do
     local path = prefix .. "-" .. kind.id .. ".svg"
-    draw(path, kind, results[k], SETTINGS, params)
+    draw(path, kind, results[k], SETTINGS, kind_params(params, kind))
     print("wrote " .. path)
   end
 end

@@ -1,6 +1,6 @@
 -- The charts of bench/outage.lua: for one kind of event, the attempts
 -- the server receives per second over time, one chart per event length,
--- the event shaded, the capacity dashed.
+-- the event shaded, the capacity dashed (params: the kind's own).
 --   draw(path, kind, results, settings, params)
 local COLORS = { none = "#777777", retries = "#d62728", token = "#1f77b4",
                  rec = "#2ca02c", rec4 = "#98df8a" }
@@ -10,8 +10,9 @@ local W, H, M = 420, 280, 50
 return function(path, kind, results, settings, params)
   local shown = {}
   for _, s in ipairs(settings) do
-    if COLORS[s.id] then shown[#shown + 1] = s end
+    if COLORS[s.id] and results[1][s.id] then shown[#shown + 1] = s end
   end
+  if #shown == 0 then return end
   local n = #kind.events
   local out = { ('<svg xmlns="http://www.w3.org/2000/svg" width="%d" '
     .. 'height="%d" font-family="sans-serif" font-size="11">')
@@ -30,7 +31,7 @@ return function(path, kind, results, settings, params)
   for e, ev in ipairs(kind.events) do
     local ox = 10 + (e - 1) * (W + 20)
     local r0 = results[e][shown[1].id]
-    local x_end = r0.stop + 45
+    local x_end = r0.bins
     local function x(t) return ox + M + t / x_end * (W - M - 10) end
     local function y(v) return 30 + (H - 50) * (1 - v / top) end
     add('<rect x="%.1f" y="30" width="%.1f" height="%d" fill="#eeeeee"/>',

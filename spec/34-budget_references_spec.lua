@@ -22,11 +22,24 @@ end
 ------------------------------------------------------------------------
 -- gRFC A6
 
+-- gRPC reads tokenRatio from the JSON text: the whole part x 1000 plus
+-- the first 3 decimals (the rest dropped, not rounded); 0 is refused.
+-- The text of a Lua number is its shortest exact decimal form.
+local function grpc_milli_ratio(x)
+  local text
+  for digits = 0, 20 do
+    text = ("%." .. digits .. "f"):format(x)
+    if tonumber(text) == x then break end
+  end
+  local whole, decimals = text:match("^(%d+)%.?(%d*)$")
+  return tonumber(whole) * 1000 + tonumber((decimals .. "000"):sub(1, 3))
+end
+
 -- gRPC's rule in milli-tokens: failure -1000 clamped at 0, then a
 -- retry is allowed iff the count is > max / 2 (integer division);
 -- success +ratio clamped at max
 local function a6_model(max_tokens, ratio)
-  local max, r = max_tokens * 1000, math.floor(ratio * 1000 + 0.5)
+  local max, r = max_tokens * 1000, grpc_milli_ratio(ratio)
   local m = { t = max }
   function m.failure()
     m.t = math.max(0, m.t - 1000)
@@ -66,6 +79,7 @@ for _, w in ipairs(both(budget.grpc)) do
     it("matches the rule over 3000 random outcomes, several settings",
        function()
       for _, cfg in ipairs { { 10, 0.1 }, { 4, 1.6 }, { 3, 0.5 },
+                             { 10, 0.0995 }, { 7, 0.3337 },
                              { 100, 0.25 }, { 1, 1 } } do
         local rand = lcg(cfg[1] * 7 + 1)
         local b = w[2] { max_tokens = cfg[1], token_ratio = cfg[2] }
@@ -84,13 +98,40 @@ for _, w in ipairs(both(budget.grpc)) do
       end
     end)
 
-    it("rounds token_ratio to 3 decimals, as gRPC does", function()
+    it("keeps token_ratio to 3 decimals, truncated as gRPC does",
+       function()
       local b = w[2] { max_tokens = 10, token_ratio = 0.1234 }
       assert.equal(0.123, b:token_ratio())
       for _ = 1, 3 do b:record(false) end
       b:record(true)
       assert.equal(7.123, b:tokens())
       assert.equal(10, b:max_tokens())
+      -- gRPC drops the digits beyond the third: 0.0995 is 0.099 (it was
+      -- rounded to 0.1 here), 1.9999 is 1.999
+      for _, x in ipairs { 0.0995, 1.9999, 0.0019, 1.001, 1.005, 0.557,
+                           2.675, 999.9999, 0.001, 1000 } do
+        local g = w[2] { max_tokens = 10, token_ratio = x }
+        assert.equal(grpc_milli_ratio(x) / 1000, g:token_ratio(),
+                     tostring(x))
+      end
+      assert.equal(0.099, w[2] { token_ratio = 0.0995 }:token_ratio())
+    end)
+
+    it("refuses a token_ratio gRPC refuses (0 thousandths: it would "
+       .. "never refill)", function()
+      for _, x in ipairs { 0.0004, 0.0009999, 1e-5 } do
+        local ok, err = pcall(w[2], { max_tokens = 10, token_ratio = x })
+        assert.is_false(ok, tostring(x))
+        assert.truthy(err:find("backoff.budget.grpc: option 'token_ratio' "
+          .. "must be a number >= 0.001 and <= 1000", 1, true), err)
+      end
+      -- the smallest ratio gRPC takes refills: a million successes
+      -- bring 6 failures' worth back
+      local b = w[2] { max_tokens = 10, token_ratio = 0.001 }
+      for _ = 1, 6 do b:record(false) end
+      assert.is_false(b:withdraw())
+      for _ = 1, 6000 do b:record(true) end
+      assert.is_true(b:withdraw())
     end)
   end)
 end

@@ -21,15 +21,18 @@ local CASES = {
     rule = COUNT },
   { ctor = budget.grpc, name = "backoff.budget.grpc", opts = {
       max_tokens = { NAN, INF, 0, -1, 2.5, 1001, "10", {} },
-      token_ratio = { NAN, INF, -INF, 0, -0.1, 1001, "0.1", true } } },
+      token_ratio = { NAN, INF, -INF, 0, -0.1, 0.0004, 1001, "0.1",
+                      true } } },
   { ctor = budget.earned, name = "backoff.budget.earned", opts = {
       capacity = { NAN, INF, -1, 1.5, 2 ^ 31, "8" },
       cost = { NAN, -1, 0.25, "1" },
       earn = { NAN, INF, -0.5, 1001, "6" },
       window = { NAN, INF, 0, 0.5, -3, 2 ^ 21, "200" },
       throttle_cost = { NAN, INF, -1, 1.5, "9" },
+      timeout_cost = { NAN, INF, -1, 1.5, "6", true },
       per_request = { NAN, INF, -INF, -0.01, 1001, "0.08", true },
       per_failure = { NAN, INF, -2, 1000.5, "2", {} },
+      per_recovery = { NAN, INF, -0.5, 1000.5, "5", false },
       span = { NAN, INF, -1, 2.5, 3601, "10" },
       clock = { 5, "now", {}, true } } },
   { ctor = budget.ratio, name = "backoff.budget.ratio", opts = {

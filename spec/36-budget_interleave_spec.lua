@@ -39,7 +39,10 @@ describe("shared earned (the recommended rule) under interleavings",
       local dict = new_dict()
       local objs, taken, earned = {}, 0, 0
       for w = 1, 3 do
-        objs[w] = budget.earned { shared = dict, capacity = 4, earn = 2 }
+        -- no credit: the counter is the capacity (the credit, lent for
+        -- recoveries, moves the floor as R does: below)
+        objs[w] = budget.earned { shared = dict, capacity = 4, earn = 2,
+                                  per_recovery = 0 }
       end
       local key = objs[1]:dict_key()
       interleave(seed, dict, 3, function(w, rand)
@@ -129,10 +132,66 @@ describe("shared recommended: the reserve under interleavings", function()
         if k ~= key then sum = sum + v end
       end
       assert.equal(80 * requests + 2000 * ended, sum)
-      local v = dict.data[key] or 8000
-      assert.is_true(v <= 8000 and v >= -2 * 6000, "at rest: " .. v)
+      -- the counter's size: the capacity and what the credit may lend
+      local size = (8 + 2 ^ 20) * 1000
+      local v = dict.data[key] or size
+      assert.is_true(v <= size and v >= size - 8000 - 2 * 6000,
+                     "at rest: " .. v)
     end
     assert.is_true(refused > 0)
+  end)
+end)
+
+describe("shared recommended: the credit under interleavings", function()
+  it("lends exactly the recoveries each worker confirmed, and a dead "
+     .. "upstream after them gets at most the largest reserve a worker "
+     .. "computed", function()
+    for seed = 1, 60 do
+      local dict = new_dict()
+      local t = 500.25
+      local clk = function() return t end
+      local objs = {}
+      for w = 1, 3 do
+        objs[w] = budget.recommended { shared = dict, clock = clk }
+      end
+      -- down: 4 failed requests each (a run long enough to lend for);
+      -- up: successes for 3 s each, well past a slice
+      interleave(seed, dict, 3, function(w, rand)
+        local b = objs[w]
+        for _ = 1, 4 do
+          t = t + 0.01 * rand(5)
+          b:record(false, 1)
+          if b:withdraw() then b:record(false, 2) end
+        end
+        for _ = 1, 10 do
+          t = t + 0.1 * rand(5)
+          b:record(true, 1)
+        end
+      end, function() end)
+      local lent = 0
+      for k, v in pairs(dict.data) do
+        if k:sub(-2) == ":r" then lent = lent + v end
+      end
+      assert.equal(3 * 4 * 5000, lent)
+      -- dead, within the span of the credit
+      t = t + 0.01
+      local granted, most = 0, 0
+      interleave(seed + 500, dict, 3, function(w, rand)
+        local b = objs[w]
+        for _ = 1, 40 do
+          t = t + 0.001 * rand(5)
+          b:record(false, 1)
+          most = math.max(most, b:reserve())
+          if b:withdraw() then
+            granted = granted + 1
+            b:record(false, 3)
+          end
+        end
+      end, function()
+        assert(granted <= math.floor(most + 1e-9), "overdrawn")
+      end)
+      assert.is_true(granted > 0)
+    end
   end)
 end)
 

@@ -16,47 +16,74 @@ local function clock(t0)
 end
 
 -- The rule, in thousandths of a token, written from doc/budget.md:
--- * R = 80 per request (first attempt) + 2000 per failure that a success
---   ended (this state's failures since its last success, at most 4 of
---   them: 4 x 2000 is the capacity), counted in 1-second slices; the
---   sum of the current slice and the 9 before it, at least 1000, at
---   most 8000;
--- * the counter starts at 8000; a retry takes 1000 when it leaves the
---   counter >= 8000 - R, else is refused; a success adds round(6000 x
---   s), s the moving average (weight 1/200) of the outcomes before it,
---   starting at 1; never above 8000.
+-- * R = B + L.  B = 80 per request (first attempt) + 2000 per failure
+--   that a success ended (this state's failures since its last
+--   success, at most 4 of them: 4 x 2000 is the capacity), counted in
+--   1-second slices; the sum of the current slice and the 9 before it,
+--   at least 1000, at most 8000.  L = 5000 per failed request of a
+--   recovery: a run of at least 3 failed requests (first attempts
+--   failed since this state's last success) that a success ended,
+--   followed by at least 3 successes and no failure until the clock is
+--   2 slices past the one of the success that ended it; counted in
+--   that slice, summed over the span as B.
+-- * the counter starts at SIZE = 8000 + 2^20 x 1000; a retry takes 1000
+--   when it leaves the counter >= SIZE - R, and a request's first retry
+--   (attempt 2: the one after a failed first attempt) >= SIZE - R +
+--   floor(L / 2); else it is refused; a success adds round(6000 x s),
+--   s the moving average (weight 1/200) of the outcomes before it,
+--   starting at 1; never above SIZE.
+local SIZE = 8000 + 2 ^ 20 * 1000
 local function model()
-  local m = { t = 8000, s = 1, fails = 0, slices = {} }
-  local function add(now, u)
+  local m = { t = SIZE, s = 1, fails = 0, slices = {}, lent = {},
+              run = 0, ended = 0, streak = 0 }
+  local function add(now, u, into)
     local i = math.floor(now)
-    m.slices[i] = (m.slices[i] or 0) + u
+    into[i] = (into[i] or 0) + u
   end
+  local function sum(now, of)
+    local i, s = math.floor(now), 0
+    for j = i - 9, i do s = s + (of[j] or 0) end
+    return s
+  end
+  function m.L(now) return sum(now, m.lent) end
   function m.R(now)
-    local i, sum = math.floor(now), 0
-    for j = i - 9, i do sum = sum + (m.slices[j] or 0) end
-    return math.max(1000, math.min(8000, sum))
+    return math.max(1000, math.min(8000, sum(now, m.slices))) + m.L(now)
   end
   function m.record(now, ok, attempt)
     local u = attempt == 1 and 80 or 0
     if ok then
-      add(now, u + 2000 * m.fails)
+      add(now, u + 2000 * m.fails, m.slices)
       m.fails = 0
-      m.t = math.min(8000, m.t + math.floor(6000 * m.s + 0.5))
+      if m.run > 0 then
+        m.ended = m.run >= 3 and m.run or 0
+        m.run, m.streak, m.since = 0, 1, math.floor(now)
+      elseif m.ended > 0 then
+        m.streak = m.streak + 1
+        if m.streak >= 3 and math.floor(now) - m.since >= 2 then
+          add(now, 5000 * m.ended, m.lent)
+          m.ended = 0
+        end
+      end
+      m.t = math.min(SIZE, m.t + math.floor(6000 * m.s + 0.5))
       m.s = m.s + (1 - m.s) / 200
     else
-      add(now, u)
+      add(now, u, m.slices)
       m.fails = math.min(4, m.fails + 1)
+      m.ended = 0
+      if attempt == 1 then m.run = m.run + 1 end
       m.s = m.s - m.s / 200
     end
   end
-  function m.withdraw(now)
-    if m.t - 1000 < 8000 - m.R(now) then return false end
+  function m.withdraw(now, attempt)
+    local fl = SIZE - m.R(now)
+    if attempt <= 2 then fl = fl + math.floor(m.L(now) / 2) end
+    if m.t - 1000 < fl then return false end
     m.t = m.t - 1000
     return true
   end
   function m.tokens(now)
     local r = m.R(now)
-    return math.max(0, math.min(r, m.t - (8000 - r)))
+    return math.max(0, math.min(r, m.t - (SIZE - r)))
   end
   return m
 end
@@ -87,18 +114,23 @@ for _, where in ipairs { "in-process", "shared" } do
       assert.equal(6, b:earn())
       assert.equal(200, b:window())
       assert.equal(9, b:throttle_cost())
+      assert.equal(6, b:timeout_cost())
       assert.equal(0.08, b:per_request())
       assert.equal(2, b:per_failure())
+      assert.equal(5, b:per_recovery())
       assert.equal(10, b:span())
       assert.equal(1, b:reserve())
+      assert.equal(0, b:credit())
       assert.equal(1, b:tokens())
       assert.equal(1, b:success_share())
     end)
 
     it("follows the rule call for call over mixed outcomes and rates",
        function()
-      -- failures 1 in 2 .. 1 in 10, and all of them; gaps of 0.05 to 3 s
-      for _, fail_in in ipairs { 2, 3, 5, 10, 0 } do
+      -- failures 1 in 2 .. 1 in 10, all of them, and flapping (blocks
+      -- of 60 attempts down, 60 up); gaps of 0.05 to 3 s
+      local lent = 0
+      for _, fail_in in ipairs { 2, 3, 5, 10, 0, -1 } do
         local c = clock(5000.25)
         local b, m = make(c), model()
         local rand = rng(fail_in + 7)
@@ -110,12 +142,14 @@ for _, where in ipairs { "in-process", "shared" } do
           c.t = c.t + gap
           local ok
           if fail_in == 0 then ok = i < 300
+          elseif fail_in == -1 then ok = i % 120 < 60
           else ok = rand(fail_in) == 1 end
           b:record(ok, attempt)
           m.record(c.t, ok, attempt)
+          local tried = attempt
           attempt = 1
           if not ok then
-            local want = m.withdraw(c.t)
+            local want = m.withdraw(c.t, tried + 1)
             assert.equal(want, b:withdraw(), "call " .. i)
             if want then
               granted = granted + 1
@@ -129,9 +163,12 @@ for _, where in ipairs { "in-process", "shared" } do
           assert.is_true(math.abs(b:tokens() - m.tokens(c.t) / 1000)
                          < 1e-9, "tokens, call " .. i)
           assert.is_true(math.abs(b:success_share() - m.s) < 1e-12)
+          assert.is_true(math.abs(b:credit() - m.L(c.t) / 1000) < 1e-9)
+          lent = math.max(lent, b:credit())
         end
         assert.is_true(granted > 0 and refused > 0)
       end
+      assert.is_true(lent > 0, "a recovery was lent for")
     end)
 
     it("sizes the reserve by the requests of the last 10 s: 8% of them, "
@@ -334,7 +371,9 @@ describe("budget.recommended shared by workers", function()
       c.t = c.t + 1
       for _ = 1, 16 do b:record(true, 1) end
     end
-    assert.equal(11, dict.incrs)          -- each second's counts: one incr
+    -- each second's counts: one incr; and the run of failed requests
+    -- before is too short to be lent for (a recovery needs 3)
+    assert.equal(11, dict.incrs)
     assert.equal(8, b:tokens())
   end)
 

@@ -70,7 +70,10 @@ local KINDS = {
   -- the recommended reserve is 8% of the requests of the last 10 s (at
   -- least 1, at most 8): which worker's counts another sees depends on
   -- the timing, so its decisions are checked against bounds
-  { kind = "rec", reserve = true, raw = { -3 * 6000, 8000 },
+  -- (its counter's size: the capacity, 8, and the most its credit for
+  -- recoveries may lend, 2^20; thousandths)
+  { kind = "rec", reserve = true, size = (8 + 2 ^ 20) * 1000,
+    raw = { (8 + 2 ^ 20) * 1000 - 8000 - 3 * 6000, (8 + 2 ^ 20) * 1000 },
     what = "recommended: at least 1 retry against a dead upstream, at "
       .. "most 8% of the requests (48 healthy + 10 dead calls: 4)" },
   { kind = "ratio", what = "ratio (10% of requests over 60 s + 6)" },
@@ -184,8 +187,8 @@ local function kind_checks(K)
   -- at rest: the raw counter within its documented bounds, every
   -- value in the dict an exact integer
   if K.raw then
-    local raw = tonumber(s.raw) or (K.full or 8) * (kind == "token" and 1
-                                                     or 1000)
+    local raw = tonumber(s.raw) or K.size
+      or (K.full or 8) * (kind == "token" and 1 or 1000)
     check(raw >= K.raw[1] and raw <= K.raw[2], kind .. ": the shared "
       .. "counter at rest is within its bounds",
       ("raw %s in [%d, %d]"):format(tostring(s.raw), K.raw[1], K.raw[2]))

@@ -10,10 +10,17 @@
 -- once it accepts none.  The draw is `random()` (default math.random),
 -- one per decision.
 --
--- allows() makes the draw and, when it allows, keeps the grant for the
--- next withdraw() of this object, which then takes it without a new
--- draw (the balancer decides at one try and pays at the next); at most
--- 16 grants are kept, a withdraw() with none draws.
+-- allows() says what the next withdraw() does: it makes that decision's
+-- draw and keeps it (allowed or not) for the next decision of this
+-- object taken at the same moment -- the same slice of the window and
+-- the same counts, so the same refusal probability -- which uses it
+-- instead of drawing (a withdraw() takes it).  A draw kept from another
+-- moment is dropped: a decision is always made against the throttle as
+-- it is when made, and a withdraw() that did not follow its allows()
+-- (another request's try) gets an honest draw of its own, never a grant
+-- banked by someone else.  (Grants used to be banked, up to 16, for any
+-- later withdraw: an hour-old grant passed a throttle refusing 999 in
+-- 1000.)
 --
 -- Shared: requests and accepts are counted in the dict (incr per slice,
 -- see backoff.budget.window), the draw is local.  Counts that are
@@ -28,7 +35,6 @@ local core = require "backoff.core"
 local getmetatable, setmetatable, type = getmetatable, setmetatable, type
 
 local CTOR = "backoff.budget.adaptive"
-local MAX_GRANTS = 16
 
 local Adaptive = { __name = CTOR }
 Adaptive.__index = Adaptive
@@ -39,7 +45,8 @@ local function check(self, method)
   end
 end
 
--- the refusal probability now (0 to 1), or nil, err
+-- the refusal probability now (0 to 1), or nil, err; and the counts it
+-- comes from
 local function reject_p(self)
   local win = self.win
   local req, err = win:sum("r")
@@ -49,24 +56,39 @@ local function reject_p(self)
   if not acc then return nil, err end
   if req < 0 then req = 0 end
   local p = (req - self.k_ * acc) / (req + 1)
-  if p < 0 then return 0 end
-  if p > 1 then return 1 end
-  return p
+  if p < 0 then p = 0 elseif p > 1 then p = 1 end
+  return p, req, acc
+end
+
+-- the draw of a decision at the moment (slice, req, acc): the one
+-- allows() kept at this moment, or a new one; keep: allows() keeps it,
+-- withdraw() uses it up
+local function draw_at(self, slice, req, acc, keep)
+  local d = self.kept
+  if d == nil or self.kslice ~= slice or self.kreq ~= req
+     or self.kacc ~= acc then
+    d = self.random()
+    if type(d) ~= "number" or not (d >= 0 and d <= 1) then
+      error(CTOR .. ": option 'random' returned " .. C.repr(d)
+            .. " (a number in [0, 1] expected)", 4)
+    end
+  end
+  if keep then
+    self.kept, self.kslice, self.kreq, self.kacc = d, slice, req, acc
+  else
+    self.kept = nil
+  end
+  return d
 end
 
 -- one decision: true (allowed) or false (refused; withdraw counts the
 -- refused retry as a request, allows does not) [, err]
-local function decide(self, count)
-  local p, err = reject_p(self)
-  if not p then return false, err end
+local function decide(self, peek)
+  local p, req, acc = reject_p(self)
+  if not p then return false, req end
   if p > 0 then
-    local d = self.random()
-    if type(d) ~= "number" or not (d >= 0 and d <= 1) then
-      error(CTOR .. ": option 'random' returned " .. C.repr(d)
-            .. " (a number in [0, 1] expected)", 3)
-    end
-    if d < p then
-      if count then self.win:add("r", 1) end
+    if draw_at(self, self.win.last, req, acc, peek) < p then
+      if not peek then self.win:add("r", 1) end
       return false
     end
   end
@@ -78,21 +100,15 @@ end
 function Adaptive:withdraw(cost)
   check(self, "withdraw")
   C.count_arg(cost, "withdraw", "cost")
-  local g = self.grants
-  if g > 0 then
-    self.grants = g - 1
-    return true
-  end
-  return decide(self, true)
+  return decide(self, false)
 end
 
--- bud:allows([cost]) -> the draw; a grant is kept for the next withdraw
+-- bud:allows([cost]) -> what withdraw() would say now: its draw, kept
+-- for a withdraw() at this same moment
 function Adaptive:allows(cost)
   check(self, "allows")
   C.count_arg(cost, "allows", "cost")
-  local ok = decide(self, false)
-  if ok and self.grants < MAX_GRANTS then self.grants = self.grants + 1 end
-  return ok
+  return decide(self, true)
 end
 
 -- bud:record(ok [, attempt [, cost]]): every attempt is a request; a
@@ -156,7 +172,7 @@ local options = rule.options(CTOR, {
 -- (backoff.now), random (math.random), shared, key
 local function new(opts)
   local o = options(opts)
-  local self = { k_ = o.k, window_ = o.window, grants = 0,
+  local self = { k_ = o.k, window_ = o.window,
     random = o.random or math.random }
   local clock = o.clock or core.now
   if o.shared or o.key ~= nil then

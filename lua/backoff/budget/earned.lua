@@ -1,58 +1,57 @@
 -- backoff.budget.earned: retries earned by successes, in proportion to
 -- the share of recent attempts that succeeded, from a reserve sized by
--- the recent traffic -- the rule of backoff.budget.recommended.
--- In-process or shared by the workers of an nginx host.  See
--- doc/budget.md.
+-- the recent traffic and by the recoveries it saw -- the rule of
+-- backoff.budget.recommended.  In-process or shared by the workers of
+-- an nginx host.  doc/budget.md has the rule's reasons and figures.
 --
 -- The rule (defaults in brackets):
---   * the reserve: at most R tokens may be spent with no success in
---     between, R = per_request (0.08) x the requests (first attempts)
---     of the last `span` (10) seconds + cost (1) x the failures of that
---     span that a later success ended, at least cost (one retry), at
---     most capacity (8);
+--   * the reserve: at most R = B + L tokens may be spent with no
+--     success in between.  B = per_request (0.08) x the requests
+--     (first attempts) of the last `span` (10) seconds + per_failure
+--     (2) x the failures of that span that a later success ended, at
+--     least cost, at most capacity (8).  L, the credit = per_recovery
+--     (5) x the failed requests of that span's recoveries: a run of at
+--     least 3 failed requests of this Lua state, ended by a success and
+--     followed by at least 3 successes and no failure until the clock
+--     is two slices (span / 10 s each) past the one it ended in;
 --   * a retry withdraws cost (1) and is refused, taking nothing, when
---     fewer than cost remain of the reserve;
+--     fewer than cost remain of R; a request's first retry (attempt 2:
+--     given, or the one after a failed first attempt this object was
+--     just told of) may use B and only half of L, the other half kept
+--     for the requests already retrying (a credit running out stops new
+--     requests from retrying rather than cutting off the ones on their
+--     way to the next up spell);
 --   * a success earns earn x s tokens (6 x s), s the success share of
 --     the recent attempts: a moving average over about `window` (200)
 --     attempts, before this one, starting at 1.
--- So:
---   * a dead upstream earns nothing and ends no run of failures: the
---     retries it gets are the reserve it found, 8% of the requests of
---     the 10 s before it (at least 1, at most 8): amplification at most
---     1.08 over any outage of 10 s or more once a budget sees more
---     than 1.25 requests per second;
---   * while the upstream works (s near 1) each success buys up to 6
---     retries: a budget that is full stays full;
---   * half failing: every success ends a run of failures, so the
---     reserve grows to 8 within a few runs, and a success earns 3: the
---     1 retry per success that 50% needs is always there;
---   * 80% failing: a success earns 1.2: about 1.2 retries per success,
---     1 / (1 - 0.2 x 1.2) = 1.3 attempts per request instead of 4.3.
--- A retry after an answer where the server said it is overloaded (429,
--- 503 with Retry-After) should be withdrawn at throttle_cost(): by
--- default capacity + 1, so it is never made.  span = 0: no window, the
--- reserve is always capacity (the rule before the window).
+-- A retry after an overload answer (429, 503 with Retry-After) is
+-- withdrawn at throttle_cost() (capacity + 1: never made, no
+-- withdrawal above capacity is); one after a timeout at timeout_cost()
+-- (6, what a success earns at best: the attempts a hung upstream held
+-- time out after it recovered, when successes refill the reserve;
+-- priced so, they get s retries per success, not 6 x s).  span = 0: R
+-- is always capacity, nothing is lent.
 --
 -- Tokens are kept in thousandths, one integer under a key (in this Lua
--- state, or in an ngx.shared dict: the same incr-only algorithm and
--- guarantees as the token bucket, lua/backoff/budget/token.lua; a
--- missing key is full).  The counter runs from 0 to capacity and a
--- withdrawal may not take it below capacity - R: R is a floor that
--- moves, the counter itself never needs rewriting.  The counts of the
--- reserve (per_request per request, cost per ended failure, in
--- thousandths) go to slices of span / 10 seconds: in this Lua state a
--- ring, shared one dict key per slice (incr, init 0, expiring after
--- span + one slice), each worker adding its counts of a slice in one
--- incr when its clock leaves the slice, when it withdraws, or when a
--- success ends a run of failures; it reads the slices before the last
--- once per slice, the last and the current at each reserve.  s and the
--- failures of the current run are per Lua state: shared, each worker
--- measures them on its own attempts.  The good day costs one dict read
--- per success, and a worker whose s is above 0.999 (about 300
--- successes in a row) that found the budget full reads it only every
--- 16th success: a retry another worker took meanwhile is earned back
--- at that read (or by that worker's own successes), and this worker's
--- failure or withdrawal ends the shortcut at once.
+-- state, or in an ngx.shared dict: the incr-only algorithm and
+-- guarantees of the token bucket, lua/backoff/budget/token.lua; a
+-- missing key is full).  The counter runs from 0 to capacity + LEND
+-- and a withdrawal may not take it below that - R: a floor that moves,
+-- the counter never needs rewriting.  B's counts (thousandths) go to
+-- slices of span / 10 seconds: in this Lua state a ring, shared one
+-- dict key per slice (incr, init 0, expiring after span + one slice),
+-- each worker adding its counts of a slice in one incr when its clock
+-- leaves the slice, when it withdraws, or when a success ends a run of
+-- failures; it reads the slices before the last once per slice, the
+-- last and the current at each reserve.  L's counts go to a second
+-- series, written when a recovery is confirmed (rare).  s, the current
+-- run and the streak after it are per Lua state: shared, each worker
+-- measures its own attempts.  The good day costs one dict read per
+-- success, and a worker whose s is above 0.999 (about 300 successes in
+-- a row) that found the budget full reads it only every 16th success: a
+-- retry another worker took meanwhile is earned back at that read (or
+-- by that worker's own successes), and this worker's failure or
+-- withdrawal ends the shortcut at once.
 
 local C = require "backoff.budget.common"
 local rule = require "backoff.check"  -- the option rules
@@ -65,6 +64,10 @@ local short = C.short
 
 local CTOR = "backoff.budget.earned"
 local SLICES = 10                       -- a span is 10 slices
+local LEND = 2 ^ 20                     -- the most the credit lends
+local RUN_MAX = 2 ^ 20                  -- failed requests of a run, counted
+local STREAK = 3        -- successes that confirm a recovery, and the
+                        -- fewest failed requests a recovery is from
 
 local Earned = { __name = CTOR }
 Earned.__index = Earned
@@ -76,7 +79,9 @@ local function check(self, method)
 end
 
 ------------------------------------------------------------------------
--- the reserve's counts: units (thousandths of a token) per slice
+-- the reserve's counts: units (thousandths of a token) per slice, in
+-- two series: B's (ring, keys dkey:<slice>) and the credit's (cring,
+-- keys dkey:<slice>:r)
 
 -- a slice count this module can have written: an integer from 0 to
 -- 2^50 (anything else is corrupt, and counts 0)
@@ -93,31 +98,34 @@ local function slice_now(self)
   return i
 end
 
--- add u units to slice i: true, or nil, err (dict error, corrupt value)
-local function put(self, i, u)
+-- add u units to slice i of a series: true, or nil, err (dict error,
+-- corrupt value)
+local function put(self, i, u, credit)
   if self.shared then
-    local dict, k = self.dict, self.dkey .. ":" .. short(i)
+    local dict = self.dict
+    local k = self.dkey .. ":" .. short(i) .. (credit and ":r" or "")
     local r, err = C.incr(dict, k, u, 0, self.ttl)
     if not r then return nil, err end
     if not ok_count(r) then return nil, C.corrupt(dict, k, r) end
   else
     local j = i % SLICES
-    local ring = self.ring
+    local ring = credit and self.cring or self.ring
     if ring.tag[j] ~= i then ring.tag[j], ring[j] = i, 0 end
     ring[j] = ring[j] + u
   end
   return true
 end
 
--- the units of slice i (missing, expired or corrupt: 0)
-local function get(self, i)
+-- the units of slice i of a series (missing, expired or corrupt: 0)
+local function get(self, i, credit)
   if self.shared then
-    local v = self.dict:get(self.dkey .. ":" .. short(i))
+    local v = self.dict:get(self.dkey .. ":" .. short(i)
+                            .. (credit and ":r" or ""))
     if v == nil or not ok_count(v) then return 0 end
     return v
   end
   local j = i % SLICES
-  local ring = self.ring
+  local ring = credit and self.cring or self.ring
   if ring.tag[j] == i then return ring[j] end
   return 0
 end
@@ -141,72 +149,117 @@ local function advance(self, i)
   end
 end
 
--- count u units now
-local function count(self, u)
-  advance(self, slice_now(self))
+-- count u units of B in slice i (now)
+local function count(self, u, i)
+  advance(self, i)
   self.pu = self.pu + u
 end
 
--- R now, in thousandths: the units of the span (this worker's pending
--- ones included), at least cost, at most capacity
+-- the sum of a series over the span at slice i: the slices before the
+-- last once per slice (cached in self[cache]), the last and the current
+-- read afresh (other workers write theirs when they move on)
+local function span_sum(self, i, credit)
+  local at = credit and "cci" or "ci"
+  local sum = credit and "ccs" or "cs"
+  if self[at] ~= i then
+    local s = 0
+    for j = i - SLICES + 1, i - 2 do s = s + get(self, j, credit) end
+    self[at], self[sum] = i, s
+  end
+  return self[sum] + get(self, i - 1, credit) + get(self, i, credit)
+end
+
+-- R now, in thousandths (B + L), and L: B is the units of the span
+-- (this worker's pending ones included), at least cost, at most
+-- capacity; L the credit's, at most LEND
 local function reserve(self)
-  local cap = self.cap
-  if self.len == nil then return cap end
+  local base = self.base
+  if self.len == nil then return base, 0 end
   local i = slice_now(self)
   advance(self, i)
-  if self.ci ~= i then                  -- the slices before the last
-    local s = 0
-    for j = i - SLICES + 1, i - 2 do s = s + get(self, j) end
-    self.ci, self.cs = i, s
+  local b = span_sum(self, i) + self.pu
+  if b < self.least then b = self.least elseif b > base then b = base end
+  local l = 0
+  if self.urec > 0 then
+    l = span_sum(self, i, true)
+    if l > self.lend then l = self.lend end
   end
-  -- the last slice read afresh: other workers write theirs when they
-  -- move on
-  local r = self.cs + get(self, i - 1) + get(self, i) + self.pu
-  if r < self.least then return self.least end
-  if r > cap then return cap end
-  return r
+  return b + l, l
+end
+
+-- the attempt a withdrawal pays for: the one given, else the one after
+-- the failure this object was last told of (the runner records a
+-- failure, then pays for its retry), else a first retry
+local function retry_number(self, attempt)
+  if attempt == nil then return self.after or 2 end
+  return attempt
+end
+
+-- the lowest the counter may go for a retry of this attempt: cap - R,
+-- and for a request's first retry half the credit higher
+local function floor_for(self, attempt, r, l)
+  local f = self.cap - r
+  if l > 0 and attempt <= 2 then f = f + floor(l / 2) end
+  return f
 end
 
 ------------------------------------------------------------------------
 -- the protocol
 
--- bud:withdraw([cost]) -> true (cost tokens taken) or false (the
--- reserve is short: takes nothing); false, err when the dict fails or
--- is corrupt
-function Earned:withdraw(cost)
-  check(self, "withdraw")
-  cost = C.count_arg(cost, "withdraw", "cost", self.cost_)
-  self.skip = 0
-  if cost == 0 then return true end
-  if cost > self.capacity_ then return false end
-  local c = cost * 1000
-  local r = reserve(self)
-  if c > r then return false end        -- never: no write
-  local ok, err = flush(self)           -- this worker's counts, seen
-  if not ok then return false, err end
-  local cap = self.cap
-  return take(self.dict, self.dkey, c, cap, cap, cap - r)
-end
-
--- the tokens withdraw can take now (thousandths), or nil when corrupt
-local function available(self)
-  local cap = self.cap
-  local v = read(self.dict, self.dkey, cap, cap)
+-- an attempt number argument: nil, or an integer >= 2 (the attempt the
+-- retry will be)
+local function attempt_arg(v, method)
   if v == nil then return nil end
-  local r = reserve(self)
-  v = v - (cap - r)
-  if v <= 0 then return 0 end            -- a foreign -0 too
-  if v > r then return r end
+  if not (C.is_count(v) and v >= 2) then
+    error(("bad argument #2 to '%s' (attempt must be an integer >= 2 "
+           .. "and <= 2^53 (got %s))"):format(method, C.repr(v)), 3)
+  end
   return v
 end
 
--- bud:allows([cost]) -> would withdraw(cost) succeed now
-function Earned:allows(cost)
-  check(self, "allows")
-  cost = C.count_arg(cost, "allows", "cost", self.cost_)
+-- bud:withdraw([cost [, attempt]]) -> true (cost tokens taken) or false
+-- (the reserve is short: takes nothing); false, err when the dict
+-- fails or is corrupt
+function Earned:withdraw(cost, attempt)
+  check(self, "withdraw")
+  cost = C.count_arg(cost, "withdraw", "cost", self.cost_)
+  attempt = retry_number(self, attempt_arg(attempt, "withdraw"))
+  self.skip, self.after = 0, nil
   if cost == 0 then return true end
   if cost > self.capacity_ then return false end
-  local v = available(self)
+  local c = cost * 1000
+  local r, l = reserve(self)
+  local cap = self.cap
+  local fl = floor_for(self, attempt, r, l)
+  if c > cap - fl then return false end -- never: no write
+  local ok, err = flush(self)           -- this worker's counts, seen
+  if not ok then return false, err end
+  return take(self.dict, self.dkey, c, cap, cap, fl)
+end
+
+-- the tokens a retry of this attempt can take now (thousandths), or
+-- nil when corrupt
+local function available(self, attempt)
+  local cap = self.cap
+  local v = read(self.dict, self.dkey, cap, cap)
+  if v == nil then return nil end
+  local r, l = reserve(self)
+  local fl = floor_for(self, attempt, r, l)
+  v = v - fl
+  if v <= 0 then return 0 end            -- a foreign -0 too
+  if v > cap - fl then return cap - fl end
+  return v
+end
+
+-- bud:allows([cost [, attempt]]) -> would withdraw(cost, attempt)
+-- succeed now
+function Earned:allows(cost, attempt)
+  check(self, "allows")
+  cost = C.count_arg(cost, "allows", "cost", self.cost_)
+  attempt = retry_number(self, attempt_arg(attempt, "allows"))
+  if cost == 0 then return true end
+  if cost > self.capacity_ then return false end
+  local v = available(self, attempt)
   return v ~= nil and v >= cost * 1000
 end
 
@@ -215,6 +268,55 @@ end
 -- reads the counter once per SKIP + 1 of them, not at each
 local QUIET, SKIP = 0.999, 15
 
+-- the counts of a success: a first attempt counts as a request; the
+-- end of a run of failures counts each of them (B), and starts the
+-- streak that may confirm a recovery (L)
+local function counted_success(self, attempt, i)
+  local u = attempt == 1 and self.ureq or 0
+  local f = self.fails
+  if f > 0 then
+    -- the end of a run of failures: counted, and written at once
+    -- (shared, the other workers see it now; the good day has none)
+    self.fails = 0
+    count(self, u + f * self.ufail, i)
+    flush(self)
+  elseif u > 0 then
+    count(self, u, i)
+  end
+  if self.urec == 0 then return end
+  local run = self.run
+  if run > 0 then                       -- the streak starts
+    if run < STREAK then run = 0 end    -- a blip, not an outage
+    self.run, self.ended, self.streak, self.since = 0, run, 1, i
+  elseif self.ended > 0 then            -- a recovery to confirm: it
+    local k = self.streak + 1           -- has lasted a whole slice
+    self.streak = k
+    if k >= STREAK and i - self.since >= 2 then
+      put(self, i, self.ended * self.urec, true)
+      self.ended = 0
+    end
+  end
+end
+
+-- a success earns earn x s (before this outcome), up to capacity
+local function earn(self, s)
+  local skip = self.skip
+  if skip > 0 then                       -- the good day, shared
+    self.skip = skip - 1
+    return
+  end
+  local n = floor(self.earn_ * s + 0.5)
+  local cap = self.cap
+  if n > cap then n = cap end
+  if n == 0 then return end
+  local v = self.dict:get(self.dkey)     -- full stays full: no write
+  if v == nil or v == cap then
+    if self.shared and s >= QUIET then self.skip = SKIP end
+    return
+  end
+  add(self.dict, self.dkey, n, cap, cap)
+end
+
 -- bud:record(ok [, attempt [, cost]]): a first attempt counts as a
 -- request; a success ends this worker's run of failures (each counts)
 -- and earns earn x s; every attempt moves s
@@ -222,73 +324,61 @@ function Earned:record(ok, attempt, cost)
   check(self, "record")
   attempt = C.record_args(ok, attempt, cost)
   local s = self.s
+  -- the clock read once (a bad one raises here, at the caller's line)
+  local i = self.len and slice_now(self)
   if ok then
-    self.s = s + (1 - s) * self.alpha
-    if self.len then
-      local u = attempt == 1 and self.ureq or 0
-      local f = self.fails
-      if f > 0 then
-        -- the end of a run of failures: counted, and written at once
-        -- (shared, the other workers see it now; the good day has none)
-        self.fails = 0
-        count(self, u + f * self.ufail)
-        flush(self)
-      elseif u > 0 then
-        count(self, u)
-      end
-    end
-    local skip = self.skip
-    if skip > 0 then                     -- the good day, shared
-      self.skip = skip - 1
-      return
-    end
-    local n = floor(self.earn_ * s + 0.5)
-    local cap = self.cap
-    if n > cap then n = cap end
-    if n == 0 then return end
-    local v = self.dict:get(self.dkey)     -- full stays full: no write
-    if v == nil or v == cap then
-      if self.shared and s >= QUIET then self.skip = SKIP end
-      return
-    end
-    add(self.dict, self.dkey, n, cap, cap)
-  else
-    self.s, self.skip = s - s * self.alpha, 0
-    if self.len then
-      local f = self.fails
-      if f < self.most then self.fails = f + 1 end
-      if attempt == 1 and self.ureq > 0 then count(self, self.ureq) end
+    self.s, self.after = s + (1 - s) * self.alpha, nil
+    if i then counted_success(self, attempt, i) end
+    return earn(self, s)
+  end
+  self.s, self.skip, self.after = s - s * self.alpha, 0, attempt + 1
+  if i then
+    local f = self.fails
+    if f < self.most then self.fails = f + 1 end
+    -- a failure before the recovery was confirmed: it was none
+    self.ended = 0
+    if attempt == 1 then
+      if self.ureq > 0 then count(self, self.ureq, i) end
+      local run = self.run
+      if run < RUN_MAX then self.run = run + 1 end
     end
   end
 end
 
 -- bud:deposit([n]) -> the tokens after: gives back what withdraw(n)
--- took (n tokens, default cost), never beyond capacity; nil, err when
--- the dict fails
+-- took (n tokens, default cost), never beyond the counter's size; nil,
+-- err when the dict fails
 function Earned:deposit(n)
   check(self, "deposit")
   n = C.count_arg(n, "deposit", "n", self.cost_)
   local cap = self.cap
-  local m = n > self.capacity_ and cap or n * 1000
+  local m = n > self.capacity_ and self.base or n * 1000
   local r, err = add(self.dict, self.dkey, m, cap, cap)
   if not r then return nil, err end
   return self:tokens()
 end
 
--- bud:tokens() -> what withdraw can take now: 0 to reserve()
--- (thousandths; corrupt: 0)
+-- bud:tokens() -> what withdraw can take now for a request already
+-- retrying: 0 to reserve() (thousandths; corrupt: 0)
 function Earned:tokens()
   check(self, "tokens")
-  local v = available(self)
+  local v = available(self, 3)
   if v == nil then return 0 end
   return from_milli(v)
 end
 
 -- bud:reserve() -> R now: the most that can be spent with no success
--- in between (cost to capacity, thousandths)
+-- in between (cost to capacity, plus the credit; thousandths)
 function Earned:reserve()
   check(self, "reserve")
-  return from_milli(reserve(self))
+  return from_milli((reserve(self)))
+end
+
+-- bud:credit() -> L now, the part of R lent for recoveries
+function Earned:credit()
+  check(self, "credit")
+  local _, l = reserve(self)
+  return from_milli(l)
 end
 
 -- bud:success_share() -> s, this Lua state's moving average (0 to 1)
@@ -300,6 +390,7 @@ end
 C.getter(Earned, "capacity", "capacity_")
 C.getter(Earned, "cost", "cost_")
 C.getter(Earned, "throttle_cost", "throttle_")
+C.getter(Earned, "timeout_cost", "timeout_")
 C.getter(Earned, "window", "window_")
 C.getter(Earned, "span", "span_")
 C.getter(Earned, "dict_key", "dkey")
@@ -319,14 +410,20 @@ function Earned:per_failure()
   return from_milli(self.ufail)
 end
 
+function Earned:per_recovery()
+  check(self, "per_recovery")
+  return from_milli(self.urec)
+end
+
 function Earned:__tostring()
   check(self, "__tostring")
-  local v = available(self) or 0
-  return ("%s: %s%s tokens of a reserve of %s (capacity %s, earn %s x "
-    .. "success share %.3f)"):format(CTOR,
+  local v = available(self, 3) or 0
+  local r, l = reserve(self)
+  return ("%s: %s%s tokens of a reserve of %s (credit %s; capacity %s, "
+    .. "earn %s x success share %.3f)"):format(CTOR,
     self.shared and ("shared " .. C.repr(self.dkey) .. ", ") or "",
-    C.milli_text(v), C.milli_text(reserve(self)), C.num(self.capacity_),
-    C.milli_text(self.earn_), self.s)
+    C.milli_text(v), C.milli_text(r), C.milli_text(l),
+    C.num(self.capacity_), C.milli_text(self.earn_), self.s)
 end
 
 local RULES = {
@@ -336,8 +433,10 @@ local RULES = {
   window = rule.number{ default = 200, min = 1, max = 2 ^ 20,
                          max_text = "2^20" },
   throttle_cost = rule.count{},
+  timeout_cost = rule.count{ default = 6 },
   per_request = rule.number{ default = 0.08, min = 0, max = 1000 },
   per_failure = rule.number{ default = 2, min = 0, max = 1000 },
+  per_recovery = rule.number{ default = 5, min = 0, max = 1000 },
   span = rule.count{ default = 10, max = 3600 },
   clock = rule.fn(),
   shared = rule.shared("budget"),
@@ -366,24 +465,29 @@ local function default_clock()
 end
 
 -- earned(opts) -> the budget; opts: capacity (8), cost (1), earn (6),
--- window (200), throttle_cost (capacity + 1), per_request (0.08), span
--- (10), clock (ngx.now in nginx, else backoff.now), shared, key
+-- window (200), throttle_cost (capacity + 1), timeout_cost (6),
+-- per_request (0.08), per_failure (2), per_recovery (5), span (10),
+-- clock (ngx.now in nginx, else backoff.now), shared, key
 local function new(opts, ctor)
   ctor = ctor or CTOR
   local o = options(ctor, opts)
-  local cap = o.capacity * 1000
+  local base = o.capacity * 1000
   local least = o.cost * 1000
-  if least > cap then least = cap end
+  if least > base then least = base end
   local ufail = floor(o.per_failure * 1000 + 0.5)
+  local urec = o.span > 0 and floor(o.per_recovery * 1000 + 0.5) or 0
+  local lend = urec > 0 and LEND * 1000 or 0
   local self = {
-    ctor = ctor, capacity_ = o.capacity, cap = cap, cost_ = o.cost,
-    earn_ = floor(o.earn * 1000 + 0.5), window_ = o.window,
-    alpha = 1 / o.window, s = 1, skip = 0,
+    ctor = ctor, capacity_ = o.capacity, base = base, cap = base + lend,
+    lend = lend, cost_ = o.cost, earn_ = floor(o.earn * 1000 + 0.5),
+    window_ = o.window, alpha = 1 / o.window, s = 1, skip = 0,
     throttle_ = o.throttle_cost or o.capacity + 1,
+    timeout_ = o.timeout_cost,
     span_ = o.span, ureq = floor(o.per_request * 1000 + 0.5),
-    ufail = ufail, least = least, fails = 0, pu = 0, cs = 0,
-    -- a longer run of failures adds nothing more to R (capped)
-    most = ufail > 0 and math.ceil(cap / ufail) or 1,
+    ufail = ufail, urec = urec, least = least, fails = 0, pu = 0, cs = 0,
+    ccs = 0, run = 0, ended = 0, streak = 0,
+    -- a longer run of failures adds nothing more to B (capped)
+    most = ufail > 0 and math.ceil(base / ufail) or 1,
   }
   if o.span > 0 then
     self.len = o.span / SLICES
@@ -392,11 +496,11 @@ local function new(opts, ctor)
   end
   if o.shared or o.key ~= nil then
     self.key, self.dkey = C.shared_key(ctor, o, "e",
-      { o.capacity, self.earn_, self.ureq, ufail, o.span })
+      { o.capacity, self.earn_, self.ureq, ufail, o.span, urec })
     self.dict, self.shared = o.shared, true
   else
     self.dict, self.dkey = C.mini_dict(), "tokens"
-    self.ring = { tag = {} }
+    self.ring, self.cring = { tag = {} }, { tag = {} }
   end
   return setmetatable(self, Earned)
 end

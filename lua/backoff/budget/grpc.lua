@@ -5,8 +5,10 @@
 -- max_tokens and stays in [0, max_tokens]; every failed attempt takes
 -- 1, every successful one adds token_ratio; a retry is allowed only
 -- while token_count > max_tokens / 2.  Counts are kept in thousandths
--- (milli-tokens), as gRPC keeps them: token_ratio is rounded to 3
--- decimals and every count is an exact integer.
+-- (milli-tokens), as gRPC keeps them: gRPC reads tokenRatio's decimal
+-- text and drops the digits beyond the third (0.0995 -> 0.099), and
+-- refuses a ratio that leaves 0 (below 0.001: it would never refill);
+-- so does this, and every count is an exact integer.
 --
 -- The milli-tokens are one integer under a key, in-process in a dict of
 -- this Lua state, shared in an ngx.shared dict, changed by incr only
@@ -114,11 +116,27 @@ function Grpc:__tostring()
     C.milli_text(self.ratio))
 end
 
+-- token_ratio in thousandths as gRPC keeps it: the decimals beyond the
+-- third dropped, not rounded.  The largest m with m / 1000 <= ratio:
+-- m / 1000 is the double nearest the decimal m/1000, so a ratio written
+-- with at most 3 decimals keeps them exactly (1.001 -> 1001, where
+-- floor(1.001 * 1000) is 1000), and 0.0995 becomes 99.
+local function milli_ratio(v)
+  local m = floor(v * 1000)
+  if (m + 1) / 1000 <= v then
+    m = m + 1
+  elseif m / 1000 > v then
+    m = m - 1
+  end
+  return m
+end
+
 local options = rule.options(CTOR, {
   max_tokens = rule.count{ default = 10, min = 1, max = 1000,
                             text = "an integer > 0 and <= 1000" },
-  token_ratio = rule.number{ default = 0.1, min = 0, open_min = true,
-                              max = 1000 },
+  -- gRPC refuses a ratio of 0 thousandths
+  token_ratio = rule.number{ default = 0.1, min = 0.001, max = 1000,
+    text = "a number >= 0.001 and <= 1000 (gRPC keeps 3 decimals)" },
   shared = rule.shared("budget"),
 }, { key = true })
 
@@ -126,7 +144,7 @@ local options = rule.options(CTOR, {
 -- (0.1), shared, key
 local function new(opts)
   local o = options(opts)
-  local max, ratio = o.max_tokens * 1000, floor(o.token_ratio * 1000 + 0.5)
+  local max, ratio = o.max_tokens * 1000, milli_ratio(o.token_ratio)
   local self = { max = max, half = floor(max / 2), ratio = ratio }
   if o.shared or o.key ~= nil then
     self.key, self.dkey = C.shared_key(CTOR, o, "g", { max, ratio })

@@ -1,0 +1,276 @@
+-- The targets of bench/outage.lua for the recommended setting, its
+-- tables and its markdown summary.
+--   local T = dofile("bench/outage_targets.lua")
+--   T.measure(results, kinds, by_id) -> { { rid, target, value, ok,
+--     what, ref_overloaded }, ... }
+--   T.print_tables(kinds, results, settings); T.markdown(...)
+local T = {}
+
+-- Each measurement: ok is nil for a figure that is reported, not
+-- checked.  ref_overloaded: for the overload, when no retries
+-- overloads as well; for success at 80%, when the token bucket
+-- overloads (the sweep reports both).
+T.TARGETS = {
+  { id = "amp", text = "amplification in full outages (10, 60, 300 s)",
+    limit = "<= 1.10", worst = "max", fmt = "%.3f" },
+  { id = "succ", text = "failing 10-50%: success, points below no budget's",
+    limit = "<= 2", worst = "max", fmt = "%.2f" },
+  { id = "ovl", text = "overload after any event (s)", limit = "0",
+    worst = "max", fmt = "%.1f" },
+  { id = "drain", text = "drain after full outages and the brownout (s)",
+    limit = "0", worst = "max", fmt = "%d" },
+  { id = "drain_nob", text = "drain minus no budget's drain, any event (s)",
+    limit = "<= 0", worst = "max", fmt = "%d" },
+  { id = "s80", text = "failing 80%: success minus the token bucket's "
+    .. "(points)", limit = ">= 0", worst = "min", fmt = "%.1f" },
+  { id = "brown", text = "brownout: amplification (not a target: the "
+    .. "retries made)", worst = "max", fmt = "%.3f" },
+  { id = "tovl", text = "timeouts: overload after, minus AWS standard "
+    .. "mode's (s)", limit = "<= 0", worst = "max", fmt = "%.1f" },
+  { id = "flap", text = "flapping 5 s / 5 s: success (%)", limit = ">= 65",
+    worst = "min", fmt = "%.1f" },
+  { id = "flapovl", text = "flapping: requests refused + seconds of "
+    .. "overload after", limit = "0", worst = "max", fmt = "%.1f" },
+  { id = "meta", text = "metastable storm: overload after (s)",
+    limit = "0", worst = "max", fmt = "%.1f" },
+  { id = "qsucc", text = "quiet hosts (2, 5/s per process), failing "
+    .. "50%: success, points below no budget's", limit = "<= 2",
+    worst = "max", fmt = "%.2f" },
+  { id = "q80", text = "quiet hosts, failing 80%: success minus the "
+    .. "token bucket's (points)", limit = ">= 0", worst = "min",
+    fmt = "%.1f" },
+  { id = "qamp", text = "quiet hosts, full outages: amplification",
+    limit = "<= 1.10", worst = "max", fmt = "%.3f" },
+  { id = "qp", text = "quiet processes (not a target: per process, "
+    .. "success minus the reference's, points)", worst = "min",
+    fmt = "%.1f" },
+  { id = "mixed", text = "mixed fleet: success of the 1/s half (not a "
+    .. "target, %)", worst = "min", fmt = "%.1f" },
+}
+T.TARGET = {}
+for _, t in ipairs(T.TARGETS) do T.TARGET[t.id] = t end
+
+-- the matrix's measurements of setting rid in event e of kind k
+local function matrix(add, r, ev, row, ref)
+  local nob = row.retries
+  if ev.share == 1 then
+    add("amp", r.amplification, r.amplification <= 1.10)
+  end
+  if ev.share == 1 or ev.brownout then add("drain", r.drain, r.drain == 0) end
+  if ev.brownout then add("brown", r.amplification, nil) end
+  -- the reference: no retries overloads too (a small fleet, whose queue
+  -- passes `slow` by chance)
+  add("ovl", r.overload, r.overload == 0, row.none and row.none.overload > 0)
+  if nob then
+    add("drain_nob", r.drain - nob.drain, r.drain <= nob.drain)
+    if ev.share and ev.share <= 0.5 then
+      add("succ", 100 * (nob.success_in - r.success_in),
+          r.success_in >= nob.success_in - 0.02)
+    end
+  end
+  local tb = row[ref]
+  if ev.share == 0.8 and tb then
+    add("s80", 100 * (r.success_in - tb.success_in),
+        r.success_in >= tb.success_in, tb.overload > 0)
+  end
+end
+
+-- quiet processes: checked per host (sharing is the default inside
+-- nginx) at 2 and 5 requests/s, reported per process and at 1/s
+local function quiet(add, r, ev, row, ref, rate, per_host)
+  local checked = per_host and rate >= 2
+  local nob, tb = row.retries, row[ref]
+  if ev.share <= 0.5 and nob then
+    local gap = 100 * (nob.success_in - r.success_in)
+    if checked then
+      add("qsucc", gap, r.success_in >= nob.success_in - 0.02)
+    else
+      add("qp", -gap, nil)
+    end
+  elseif ev.share == 0.8 and tb then
+    local d = 100 * (r.success_in - tb.success_in)
+    if checked then
+      add("q80", d, r.success_in >= tb.success_in, tb.overload > 0)
+    else
+      add("qp", d, nil)
+    end
+  elseif ev.share == 1 and per_host then
+    add("qamp", r.amplification, r.amplification <= 1.10)
+  end
+  if per_host then add("ovl", r.overload, r.overload == 0) end
+end
+
+-- the bad days' measurements
+local function bad_day(add, r, kind, ev, row, rid)
+  local per_host = rid == "rec4"
+  if kind.timeouts then
+    local aws = row[per_host and "aws4" or "aws"]
+    if aws then
+      add("tovl", r.overload - aws.overload, r.overload <= aws.overload)
+    end
+  elseif kind.flap then
+    add("flap", 100 * r.success_in, r.success_in >= 0.65)
+    add("flapovl", r.shed + r.overload, r.shed == 0 and r.overload == 0)
+  elseif kind.metastable then
+    add("meta", r.overload, r.overload == 0)
+  elseif kind.quiet then
+    quiet(add, r, ev, row, per_host and "token4" or "token", kind.quiet,
+          per_host)
+  elseif kind.mixed then
+    add("mixed", 100 * r.group_success[1], nil)
+    add("ovl", r.overload, r.overload == 0)
+  end
+end
+
+function T.measure(results, kinds, by_id)
+  local out = {}
+  for _, rid in ipairs { "rec", "rec4" } do
+    local ref = rid == "rec" and "token" or "token4"
+    if by_id[rid] then
+      for k, kind in ipairs(kinds) do
+        for e, ev in ipairs(kind.events) do
+          local row = results[k][e]
+          local r = row[rid]
+          if r then
+            local what = ("%s, %s, %d s"):format(by_id[rid].name,
+                                                 kind.title, ev.len)
+            local function add(target, value, ok, extra)
+              out[#out + 1] = { rid = rid, target = target, value = value,
+                ok = ok, what = what, ref_overloaded = extra }
+            end
+            if kind.matrix then
+              matrix(add, r, ev, row, ref)
+            else
+              bad_day(add, r, kind, ev, row, rid)
+            end
+          end
+        end
+      end
+    end
+  end
+  return out
+end
+
+------------------------------------------------------------------------
+-- the tables
+
+local function cell(kind, r)
+  if not r then
+    return kind.wide and ("%-30s"):format("  -") or ("%-18s"):format("  -")
+  end
+  local c = ("%5.2f %5.1f %3d %4.1f"):format(r.amplification,
+    100 * r.success_in, r.drain, r.overload)
+  if kind.mixed then
+    c = c .. (" %5.1f %5.1f"):format(100 * r.group_success[1],
+                                     100 * r.group_success[2])
+  elseif kind.wide then
+    c = c .. (" %6d %4.1f"):format(r.shed, r.overloaded)
+  end
+  return c
+end
+
+function T.print_tables(kinds, results, settings)
+  for k, kind in ipairs(kinds) do
+    kind.wide = kind.timeouts or kind.flap or kind.metastable
+    local w = (kind.wide or kind.mixed) and 30 or 18
+    local head, sub = ("\n%-26s"):format(kind.title), ("%-26s"):format(
+      "setting")
+    if #kind.title > 26 then head, sub = "\n" .. kind.title .. "\n"
+      .. (" "):rep(26), sub end
+    for _, ev in ipairs(kind.events) do
+      head = head .. ("  %-" .. w .. "s"):format(
+        (ev.share and ev.share < 1 and not kind.matrix and not kind.quiet
+         and ("---- %d%%, %d s ----"):format(ev.share * 100, ev.len))
+        or ("---- %d s ----"):format(ev.len))
+      sub = sub .. ("  %5s %5s %3s %4s"):format("amp", "succ", "dr", "ovl")
+      if kind.mixed then
+        sub = sub .. (" %5s %5s"):format("1/s", "20/s")
+      elseif kind.wide then
+        sub = sub .. (" %6s %4s"):format("shed", "busy")
+      end
+    end
+    print(head)
+    print(sub)
+    for _, s in ipairs(settings) do
+      if results[k][1][s.id] then
+        local line = ("%-26s"):format(s.name)
+        for e in ipairs(kind.events) do
+          line = line .. "  " .. cell(kind, results[k][e][s.id])
+        end
+        print(line)
+      end
+    end
+  end
+end
+
+------------------------------------------------------------------------
+-- the markdown summaries, for doc/budget.md
+
+local function find(kinds, id)
+  for k, kind in ipairs(kinds) do
+    if kind.id == id then return k end
+  end
+end
+
+local function table_of(kinds, results, settings, cols)
+  local h, sep = "| setting |", "|---|"
+  for _, c in ipairs(cols) do
+    h, sep = h .. " " .. c[1] .. " |", sep .. "---|"
+  end
+  print("\n" .. h .. "\n" .. sep)
+  for _, s in ipairs(settings) do
+    local line, any = "| " .. s.name .. " |", false
+    for _, c in ipairs(cols) do
+      local k = find(kinds, c[2])
+      local r = k and results[k][c[3]][s.id]
+      line = line .. " " .. (r and c[4](r) or "-") .. " |"
+      any = any or r ~= nil
+    end
+    if any then print(line) end
+  end
+end
+
+local function pct(r) return ("%.1f%%"):format(100 * r.success_in) end
+local function amp(r) return ("%.2f"):format(r.amplification) end
+local function both(r) return pct(r) .. " / " .. amp(r) end
+local function drain(r) return ("%s / %d s"):format(pct(r), r.drain) end
+local function ovl(r) return ("%.1f s"):format(r.overload) end
+local function succ_ovl(r) return ("%s / %.1f s"):format(pct(r), r.overload) end
+local function flap(r)
+  return ("%s / %d / %.1f s"):format(pct(r), r.shed, r.overload)
+end
+local function half(r) return ("%.1f%%"):format(100 * r.group_success[1]) end
+
+function T.markdown(kinds, results, settings)
+  if find(kinds, "fail80") then
+    table_of(kinds, results, settings, {
+      { "10%, 60 s: succ", "fail10", 2, pct },
+      { "50%, 60 s: succ", "fail50", 2, pct },
+      { "80%, 60 s: succ / amp", "fail80", 2, both },
+      { "100%, 10 s: amp", "fail100", 1, amp },
+      { "100%, 60 s: amp", "fail100", 2, amp },
+      { "100%, 300 s: amp", "fail100", 3, amp },
+      { "brownout: succ / drain", "brownout", 1, drain },
+    })
+  end
+  if find(kinds, "flap") then
+    table_of(kinds, results, settings, {
+      { "timeouts 100%, 10 s: succ / ovl", "timeout100", 1, succ_ovl },
+      { "timeouts 80%, 10 s: succ / ovl", "timeout80", 1, succ_ovl },
+      { "timeouts 50%, 60 s: succ / ovl", "timeout50", 2, succ_ovl },
+      { "flapping: succ / shed / ovl", "flap", 1, flap },
+      { "metastable, 10 s: ovl", "metastable", 1, ovl },
+    })
+    table_of(kinds, results, settings, {
+      { "2/s, 50%, 10 s", "quiet2_50", 1, pct },
+      { "2/s, 80%, 10 s", "quiet2_80", 1, pct },
+      { "5/s, 50%, 10 s", "quiet5_50", 1, pct },
+      { "5/s, 80%, 10 s", "quiet5_80", 1, pct },
+      { "1/s, 50%, 60 s", "quiet1_50", 2, pct },
+      { "mixed, 50%: 1/s half", "mixed", 1, half },
+      { "mixed, 80%: 1/s half", "mixed", 2, half },
+    })
+  end
+end
+
+return T
