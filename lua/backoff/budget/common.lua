@@ -116,17 +116,16 @@ function C.self_check(self, mt, method, level)
   end
 end
 
--- thousandths -> the number (an integer when whole, on every Lua)
 -- The slice of now for a kind with a window: floor(clock() / len),
 -- never below `last` (a clock that goes back counts as no time
 -- passed).  A clock returning anything but a finite number raises at
--- `level` (counted from here).
+-- the caller's line.
 local SLICE_MAX = 4503599627370496     -- 2^52
-function C.slice_of(ctor, clock, len, last, level)
+function C.slice_of(ctor, clock, len, last)
   local now = clock()
   if type(now) ~= "number" or now ~= now or now == huge or now == -huge then
-    error(ctor .. ": option 'clock' returned " .. repr(now)
-          .. " (a finite number expected)", level)
+    check.raise(ctor .. ": option 'clock' returned " .. repr(now)
+                .. " (a finite number expected)")
   end
   local i = floor(now / len)
   -- beyond 2^52 slices, i + 1 is no longer exact (a float's steps are
@@ -139,6 +138,7 @@ function C.slice_of(ctor, clock, len, last, level)
   return i
 end
 
+-- thousandths -> the number (an integer when whole, on every Lua)
 function C.from_milli(v)
   local x = v / 1000
   if x == floor(x) then return floor(x) end

@@ -21,7 +21,7 @@ local W = {}
 -- the slice number of now, never lower than one already used (a bad
 -- clock raises at the caller of the method, 3 levels up from here)
 local function slice_of(self)
-  local i = C.slice_of(self.ctor, self.clock, self.len, self.last, 5)
+  local i = C.slice_of(self.ctor, self.clock, self.len, self.last)
   return i
 end
 
