@@ -161,6 +161,39 @@ describe("the engine's breaker", function()
   end)
 end)
 
+describe("the engine's budget payment", function()
+  it("withdraws at timeout_cost after a timeout, at throttle_cost after "
+     .. "a hint, the budget's own cost otherwise, for the next attempt",
+    function()
+      local log = {}
+      local bud = { cost = 1 }
+      function bud.withdraw(_, c, attempt)
+        log[#log + 1] = { c, attempt }
+        return true
+      end
+      function bud.record() end
+      function bud.timeout_cost() return 6 end
+      function bud.throttle_cost() return 9 end
+      local errs = { "timeout", "connect() timed out", "refused", "busy" }
+      local p = backoff.constant { delay = 0, max_attempts = 5 }
+      backoff.retry(p, function(a) return a == 5, errs[a] end, {
+        budget = bud, sleep = function() end,
+        server_hint = function(e) return e == "busy" and 0 or nil end })
+      assert.same({ { 6, 2 }, { 6, 3 }, { 1, 4 }, { 9, 5 } }, log)
+    end)
+
+  it("leaves the cost to retry_cost when it is given", function()
+    local got = {}
+    local bud = { withdraw = function(_, c) got[#got + 1] = c return true end,
+                  record = function() end,
+                  timeout_cost = function() return 6 end }
+    backoff.retry(backoff.constant { delay = 0, max_attempts = 2 },
+      function(a) return a == 2, "timeout" end, { budget = bud,
+        sleep = function() end, retry_cost = function() return 2 end })
+    assert.same({ 2 }, got)
+  end)
+end)
+
 describe("the engine's happy path with options", function()
   it("builds no run state for a budget and metrics alone", function()
     local p = backoff.constant { delay = 0, max_attempts = 3 }

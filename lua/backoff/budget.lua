@@ -54,14 +54,7 @@ end
 -- Is err a timeout?  The string "timeout" (cosockets, lua-resty-http),
 -- a string ending in "timeout" or "timed out", or a table whose field
 -- `timeout` is true or whose field `err` is such a string.
-local function is_timeout(err)
-  if type(err) == "table" then
-    if err.timeout == true then return true end
-    err = err.err
-  end
-  if type(err) ~= "string" then return false end
-  return err:sub(-7) == "timeout" or err:sub(-9) == "timed out"
-end
+local is_timeout = util.is_timeout
 M.is_timeout = is_timeout
 
 -- AWS standard mode's per-error cost, for ropts.retry_cost: 10 for a

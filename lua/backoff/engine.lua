@@ -190,6 +190,7 @@ function E.state(st)
     if bud then                     -- (false: none, on purpose)
       st.bud, st.cost = bud, util.budget_cost(bud)
       if bud.throttle_cost then st.throttle = bud:throttle_cost() end
+      if bud.timeout_cost then st.tcost = bud:timeout_cost() end
     end
     st.br, st.sleep, st.max_hint = ropts.breaker, ropts.sleep, ropts.max_hint
   end
@@ -273,7 +274,10 @@ function E.record(st, ok, seconds)
 end
 
 -- what the next retry withdraws: retry_cost's answer, else the
--- budget's throttle_cost after a hint, else its own cost
+-- budget's throttle_cost after a hint (the server said it is
+-- overloaded), its timeout_cost after a timeout (a late failure whose
+-- retry the first successes after a hung spell would otherwise pay
+-- for), else its own cost
 local function cost_of(st, err, res, hint)
   local ropts = st.ropts
   local f = ropts and ropts.retry_cost
@@ -287,6 +291,7 @@ local function cost_of(st, err, res, hint)
     return cost
   end
   if hint ~= nil and st.throttle then return st.throttle end
+  if st.tcost and util.is_timeout(err) then return st.tcost end
   return st.cost
 end
 
@@ -298,7 +303,7 @@ E.cost_of = cost_of
 function E.pay(st, cost)
   local bud = st.bud
   if not bud then return true end
-  if not bud:withdraw(cost) then return false end
+  if not bud:withdraw(cost, st.attempt + 1) then return false end
   st.paid, st.owed = cost, true
   return true
 end

@@ -127,19 +127,32 @@ function M.is_dict(v)
   return has_method(v, "incr") and has_method(v, "get")
 end
 
+-- Is err a timeout?  The string "timeout" (cosockets, lua-resty-http),
+-- a string ending in "timeout" or "timed out", or a table whose field
+-- `timeout` is true or whose field `err` is such a string.
+function M.is_timeout(err)
+  if type(err) == "table" then
+    if err.timeout == true then return true end
+    err = err.err
+  end
+  if type(err) ~= "string" then return false end
+  return err:sub(-7) == "timeout" or err:sub(-9) == "timed out"
+end
+
 ------------------------------------------------------------------------
 -- duck-typed collaborators: what the engine calls, checked once
 
 -- Why v cannot serve as a budget, nil when it can: it needs withdraw,
 -- and record (told of every attempt) or deposit (told of successes);
--- record, deposit, allows and throttle_cost, the other methods the
+-- record, deposit, allows, throttle_cost and timeout_cost, the methods the
 -- doors call when v has them, must be methods, or the call would fail
 -- with a raw "attempt to call" after fn ran (cost and tokens may be
 -- data: a number cost is the cost, and tokens() is called only when it
 -- is a method).  A budget found good is remembered (weakly): the doors
 -- check their options at every call, and a budget is a long-lived
 -- object, so the good day pays one lookup.
-local OPTIONAL_METHODS = { "record", "deposit", "allows", "throttle_cost" }
+local OPTIONAL_METHODS = { "record", "deposit", "allows", "throttle_cost",
+                           "timeout_cost" }
 local good_budgets = setmetatable({}, { __mode = "k" })
 local function budget_problem(v)
   local t = type(v)

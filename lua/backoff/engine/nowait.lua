@@ -20,8 +20,8 @@ local X = {}
 
 -- would bud:withdraw(cost) succeed now?  allows() when the budget has
 -- it; else tokens() >= cost; else (a user object) let withdraw decide
-local function budget_allows(bud, cost)
-  if bud.allows then return bud:allows(cost) and true or false end
+local function budget_allows(bud, cost, attempt)
+  if bud.allows then return bud:allows(cost, attempt) and true or false end
   if cost and util.has_method(bud, "tokens") then
     return bud:tokens() >= cost
   end
@@ -44,7 +44,9 @@ function X.reserve(st, timeout)
   local br = st.br
   if br and not br:allows() then return nil, "circuit_open" end
   local bud = st.bud
-  if bud and not budget_allows(bud, st.cost) then return nil, "budget" end
+  if bud and not budget_allows(bud, st.cost, st.attempt + 1) then
+    return nil, "budget"
+  end
   return true
 end
 
@@ -117,7 +119,7 @@ function X.copy(st, hint, err, res)
   end
   local cost = engine.cost_of(st, err, res, hint)
   local bud = st.bud
-  if bud and not bud:withdraw(cost) then
+  if bud and not bud:withdraw(cost, rec.n) then
     if br and rec.ticket ~= nil then br:release(rec.ticket) end
     return nil, "budget"
   end
