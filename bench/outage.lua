@@ -142,7 +142,8 @@ local function breaker_rows(host)
     return {}
   end
   local function make(c)
-    return breaker.recommended { shared = c.dict, clock = c.clock }
+    return breaker.recommended { shared = c.dict, clock = c.clock,
+                                 key = "upstream" }
   end
   return {
     { id = "brk4", name = "breaker alone, host of " .. host,

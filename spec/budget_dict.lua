@@ -4,7 +4,8 @@
 --     nil, "not found"; with init it becomes init + value (init_ttl, when
 --     given, makes it expire); a value that is not a number is nil,
 --     "not a number"; returns the new value
---   get(key), set(key, value), delete(key)
+--   get(key), set(key, value, ttl), add(key, value, ttl): false,
+--     "exists" for a live key; delete(key)
 -- Extras for the specs:
 --   d.data        the raw values (to read, or to plant foreign ones)
 --   d.on_incr     called after every incr (a coroutine may yield there,
@@ -50,8 +51,25 @@ return function()
     return live(self, key)
   end
 
-  function d.set(self, key, value)
-    self.data[key], self.expires[key] = value, nil
+  -- ttl > 0 (with d.now): the key expires then
+  local function expiry(self, key, ttl)
+    if ttl and ttl > 0 and self.now then
+      self.expires[key] = self.now() + ttl
+    else
+      self.expires[key] = nil
+    end
+  end
+
+  function d.set(self, key, value, ttl)
+    self.data[key] = value
+    expiry(self, key, ttl)
+    return true
+  end
+
+  function d.add(self, key, value, ttl)
+    if live(self, key) ~= nil then return false, "exists" end
+    self.data[key] = value
+    expiry(self, key, ttl)
     return true
   end
 
