@@ -1,8 +1,9 @@
 -- make bench-nginx: what backoff.retry costs a real nginx worker on the
--- happy path.  One worker, three handlers doing the same trivial work
+-- happy path.  One worker, four handlers doing the same trivial work
 -- (bench/nginx_app.lua): /retry through backoff.retry(policy, fn),
 -- /budget through backoff.retry(policy, fn, { budget = the recommended
--- budget shared through a lua_shared_dict }), /pcall through pcall(fn).
+-- budget shared through a lua_shared_dict }), /breaker the same with the
+-- recommended breaker too, /pcall through pcall(fn).
 -- wrk drives each in turn for DURATION seconds, ROUNDS times, in a
 -- rotating order; the worker's CPU time (utime + stime from
 -- /proc/<pid>/stat) over each run is divided by the requests wrk counted.
@@ -73,8 +74,9 @@ local function median(list)
   return (t[math.floor(m)] + t[math.ceil(m)]) / 2
 end
 
-local HANDLERS = { "/retry", "/budget", "/pcall" }
-local TARGETS = { ["/retry"] = 1.05, ["/budget"] = 1.10 }
+local HANDLERS = { "/retry", "/budget", "/breaker", "/pcall" }
+local TARGETS = { ["/retry"] = 1.05, ["/budget"] = 1.05,
+                  ["/breaker"] = 1.10 }
 
 local function list(t)
   local out = {}

@@ -4,7 +4,7 @@
 local backoff = require "backoff"
 
 local M = {}
-local policy, ropts
+local policy, ropts, ropts_breaker
 
 -- README's OpenResty policy, built once in init_by_lua (before the fork)
 function M.init()
@@ -15,6 +15,11 @@ function M.init()
   -- attempt: a success costs one dict read while the budget is full)
   ropts = { budget = backoff.budget.recommended {
     shared = ngx.shared.budget, key = "bench" } }
+  -- and the recommended breaker beside it (its own dict: a closed
+  -- breaker costs one dict get before and one count after a call)
+  ropts_breaker = { budget = ropts.budget,
+    breaker = backoff.breaker.recommended {
+      shared = ngx.shared.breakers, key = "bench" } }
 end
 
 -- the operation: succeeds at once
@@ -29,6 +34,11 @@ end
 
 function M.budget()
   local body = backoff.retry(policy, op, ropts)
+  ngx.say(body)
+end
+
+function M.breaker()
+  local body = backoff.retry(policy, op, ropts_breaker)
   ngx.say(body)
 end
 
