@@ -169,7 +169,8 @@ describe("backoff.breaker", function()
   end)
 
   describe("closed", function()
-    it("allows with one dict get, writing nothing, no ticket", function()
+    it("allows with one dict get, writing nothing; the ticket is the "
+       .. "closed epoch, so that record reads no state", function()
       local w = world()
       local br = make(w)
       succeed(br)                         -- the state key exists
@@ -179,7 +180,16 @@ describe("backoff.breaker", function()
       local a, b
       assert.same({ get = 1 }, ops(w, function() a, b = br:allow() end))
       assert.is_true(a)
-      assert.is_nil(b)
+      assert.equal("number", type(b))
+      -- record with it: the counts only (no read of the state)
+      local before = w.dict.ops.get
+      br:record(true, b, 0.001)
+      local reads = w.dict.ops.get - before
+      local other = make(w)
+      before = w.dict.ops.get
+      other:record(true, nil, 0.001)      -- without: the state read too
+      assert.equal(reads + 1, w.dict.ops.get - before)
+      br:release(b)                       -- nothing to give back
     end)
 
     it("allows a missing state (closed) without writing it", function()

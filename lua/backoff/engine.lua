@@ -96,39 +96,54 @@ E.tell_budget = tell_budget
 --   hints: retries that waited for a server's hint
 --   sleep, no_sleep: the wait, or the phase where none is possible
 
--- the first attempt's start: the run's start t0, its timeout (never
--- past the deadline); false when the deadline has passed
-local function start(st)
-  local f, policy, b = st.f, st.policy, st.b
+--- E.start(f, policy, b, left_timeout) -> t0, timeout, b, now | false:
+-- the
+-- first attempt's start, without building anything: the run's start
+-- t0, the attempt's timeout (never past the deadline; the time left
+-- when the policy has none and left_timeout asks), and the run's object
+-- when it had to be cloned now (a policy whose initial timeout is a
+-- draw of its random function); false when the deadline has passed
+function E.start(f, policy, b, left_timeout)
   local now = core_now(b or policy)
-  st.t0, st.ts = now, now
-  if not f.duration then return true end
-  local timeout
-  if not b and f.eager and f.timeouts then
-    b = policy:clone(now)
-    st.b = b
-  end
+  if not f.duration then return now, nil, b, now end
+  local t0, timeout = now, nil
+  if not b and f.eager and f.timeouts then b = policy:clone(now) end
   if b then
-    st.t0 = now - b:elapsed(now)
-    st.ts = now
+    t0 = now - b:elapsed(now)
     timeout = b:timeout()
   elseif f.timeouts then
     timeout = first_timeout(policy)
   end
-  local left = (f.start or st.t0) + f.duration - now
+  local left = (f.start or t0) + f.duration - now
   if left <= 0 then return false end
   if timeout == nil then
-    if st.door.left_timeout then timeout = left end
+    if left_timeout then timeout = left end
   elseif timeout > left then
     timeout = left
   end
-  st.timeout = timeout
+  return t0, timeout, b, now
+end
+
+local function start(st)
+  local t0, timeout, b, now = E.start(st.f, st.policy, st.b,
+                                      st.door.left_timeout)
+  if not t0 then return false end
+  st.t0, st.ts, st.timeout, st.b = t0, now, timeout, b
   return true
 end
 
 -- does the first attempt need the clock (or the breaker)?
 local function needs_start(f, ropts)
   return f.duration or ropts ~= nil and (ropts.on_success or ropts.breaker)
+end
+
+--- E.run(door, policy, f, b, ropts, t0, timeout, ts) -> st: the state
+-- of a run whose first attempt started at ts with this timeout
+-- (E.start's), built only when a door needs it (its first attempt
+-- failed)
+function E.run(door, policy, f, b, ropts, t0, timeout, ts)
+  return { door = door, policy = policy, f = f, b = b, ropts = ropts,
+           attempt = 1, t0 = t0, ts = ts, timeout = timeout }
 end
 
 --- E.begin(door, policy, f, b, ropts) -> st | nil, reason: a run

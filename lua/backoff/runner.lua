@@ -112,24 +112,71 @@ local function after_light(policy, f, ropts, fn, r1, ...)
   return failed(state(engine.begin(DOOR, policy, f, nil, ropts)), fn, (...))
 end
 
+-- the results of a first attempt that needed its start (a deadline, or
+-- on_success) but no breaker: the run's state is built only if it failed
+local function after_lean(policy, f, b, ropts, t0, timeout, now, ticket,
+                          fn, r1, ...)
+  if r1 then
+    engine.first_success(ropts, ticket, now, t0, b or policy, r1)
+    return r1, ...
+  end
+  local st = engine.run(DOOR, policy, f, b, ropts, t0, timeout, now)
+  st.ticket = ticket
+  return failed(state(st), fn, (...))
+end
+
+-- the policy, fn and ropts, checked: the full checks on a first call,
+-- the ones that depend on the call alone for a template seen before
+local function checked(method, policy, fn, ropts)
+  local f = setup.known(policy)
+  if f == nil or type(fn) ~= "function" then
+    return arguments(method, policy, fn, ropts)
+  end
+  if ropts ~= nil then ropts = check_ropts(ropts) end
+  if not f.bounded then setup.need_stop(WHO, f, ropts) end
+  return f, nil, ropts
+end
+
+-- the first attempt with its start (a deadline, on_success, a breaker):
+-- the breaker's word, the start, and nothing built unless it failed
+local function lean(policy, f, b, ropts, fn)
+  local ticket
+  local br = ropts and ropts.breaker
+  if br then
+    local ok
+    ok, ticket = br:allow()
+    if not ok then
+      engine.no_attempt(ropts, "circuit_open")
+      return nil, nil, "circuit_open"
+    end
+  end
+  local t0, timeout, obj, now = engine.start(f, policy, b)
+  if not t0 then
+    if ticket ~= nil then br:release(ticket) end
+    engine.no_attempt(ropts, "max_actual_duration")
+    return nil, nil, "max_actual_duration"
+  end
+  return after_lean(policy, f, obj, ropts, t0, timeout, now, ticket, fn,
+                    fn(1, timeout))
+end
+
 local function first(method, policy, fn, ropts)
   local f, b
-  f, b, ropts = arguments(method, policy, fn, ropts)
-  if not f.duration and b == nil then
-    if ropts == nil then
-      if type(fn) == "function" then hot[1] = policy end
-      return after_plain(policy, fn, fn(1))
-    end
-    if not (ropts.breaker or ropts.on_success or ropts.retry_raised) then
+  f, b, ropts = checked(method, policy, fn, ropts)
+  if ropts == nil or not ropts.retry_raised then
+    if not f.duration and b == nil and
+       (ropts == nil or not (ropts.on_success or ropts.breaker)) then
+      if ropts == nil then
+        if type(fn) == "function" then hot[1] = policy end
+        return after_plain(policy, fn, fn(1))
+      end
       return after_light(policy, f, ropts, fn, fn(1))
     end
+    return lean(policy, f, b, ropts, fn)
   end
   local st, reason = engine.begin(DOOR, policy, f, b, ropts)
   if not st then return nil, nil, reason end
-  if ropts ~= nil and ropts.retry_raised then
-    return after_first(st, fn, protect(fn, 1, st.timeout))
-  end
-  return after_first(st, fn, fn(1, st.timeout))
+  return after_first(st, fn, protect(fn, 1, st.timeout))
 end
 
 -- backoff.retry (method = false) and b:retry (method = true): the

@@ -131,6 +131,12 @@ function E.facts(policy)
 end
 E.facts_of = facts_of
 
+--- E.known(policy) -> the facts of a template seen before, or nil (no
+-- work: for a door's path of the calls after the first)
+function E.known(policy)
+  return facts_cache[policy]
+end
+
 --- E.policy(who, policy [, usage]) -> f [, b]: the facts of a backoff
 -- object, or of an options table with a `strategy` field and the object
 -- built from it now; raises at the caller for anything else (with the
