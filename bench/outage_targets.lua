@@ -46,6 +46,9 @@ T.TARGETS = {
     fmt = "%.1f" },
   { id = "mixed", text = "mixed fleet: success of the 1/s half (not a "
     .. "target, %)", worst = "min", fmt = "%.1f" },
+  { id = "brk", text = "failing 10-50%: the recommended breaker's "
+    .. "refusals (it never opens), success within 1 point of the same "
+    .. "setting without it", limit = "0", worst = "max", fmt = "%d" },
 }
 T.TARGET = {}
 for _, t in ipairs(T.TARGETS) do T.TARGET[t.id] = t end
@@ -122,8 +125,29 @@ local function bad_day(add, r, kind, ev, row, rid)
   end
 end
 
+-- the recommended breaker in partial outages of 10-50%: it never opens,
+-- so success is that of the same setting without it
+local BREAKER_ROWS = { brk4 = "retries", recbrk4 = "rec4" }
+local function breaker(out, results, kinds, by_id)
+  for rid, base in pairs(BREAKER_ROWS) do
+    for k, kind in ipairs(kinds) do
+      for e, ev in ipairs(kind.events) do
+        local row = results[k][e]
+        local r, b = row[rid], row[base]
+        if r and b and kind.matrix and ev.share and ev.share <= 0.5 then
+          out[#out + 1] = { rid = rid, target = "brk", value = r.opened,
+            ok = r.opened == 0 and r.success_in >= b.success_in - 0.01,
+            what = ("%s, %s, %d s"):format(by_id[rid].name, kind.title,
+                                           ev.len) }
+        end
+      end
+    end
+  end
+end
+
 function T.measure(results, kinds, by_id)
   local out = {}
+  breaker(out, results, kinds, by_id)
   for _, rid in ipairs { "rec", "rec4" } do
     local ref = rid == "rec" and "token" or "token4"
     if by_id[rid] then

@@ -342,6 +342,18 @@ function E.too_late(st, left)
   return left ~= nil and (left <= 0 or left < st.min_attempt)
 end
 
+--- E.hint_stop(st, hint, now) -> reason | nil: may the run wait the
+-- server's hint?  Not over max_hint ("retry_after"), not when the
+-- attempt after it could not start before the deadline
+-- ("max_actual_duration")
+function E.hint_stop(st, hint, now)
+  if st.max_hint and hint > st.max_hint then return "retry_after" end
+  if E.too_late(st, E.left(st, now + hint)) then
+    return "max_actual_duration"
+  end
+  return nil
+end
+
 --- E.try_timeout(st, t, left) -> the next attempt's timeout: the
 -- policy's (t, or the last one), never past the deadline; with a
 -- deadline and no per-try timeout, the time left where the door asks
@@ -378,10 +390,11 @@ function E.failed(st, err, res, hint, stop)
   end
   E.record(st, false)
   hint = hint_of(st, err, res, hint)
-  if hint and st.max_hint and hint > st.max_hint then
-    return nil, "retry_after"                   -- (the deadline: below)
-  end
   local now = core_now(st.b)
+  if hint then
+    local stop_hint = E.hint_stop(st, hint, now)
+    if stop_hint then return nil, stop_hint end
+  end
   local delay, t, own = core_failure(st.b, now, hint)
   if delay == nil then return nil, t end
   if own > delay and not (st.ropts and st.ropts.reference_delays) then

@@ -87,17 +87,6 @@ end
 -- the hedge: copies side by side, each with a record { n, paid,
 -- ticket, ts } of its own
 
---- X.hint_stop(st, hint, now) -> reason | nil: may the run wait the
--- server's hint?  Not over max_hint ("retry_after"), not to the
--- deadline or past it ("max_actual_duration")
-function X.hint_stop(st, hint, now)
-  if hint == nil then return nil end
-  if st.max_hint and hint > st.max_hint then return "retry_after" end
-  local left = engine.left(st, now)
-  if left and hint >= left then return "max_actual_duration" end
-  return nil
-end
-
 --- X.copy(st, hint, err, res) -> timeout, rec | nil, reason: another
 -- attempt starts now, whether or not others are in flight: the policy
 -- counts it (its limits, the systems' stop rules), the deadline must

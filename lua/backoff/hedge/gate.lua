@@ -104,7 +104,8 @@ function Gate:cancelled(attempt)
 end
 
 function Gate:hint_stop(hint)
-  return nowait.hint_stop(self.st, hint, self:now())
+  if hint == nil then return nil end
+  return engine.hint_stop(self.st, hint, self:now())
 end
 
 function Gate:finish(ok, reason, hints, err, res1)
