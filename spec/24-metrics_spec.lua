@@ -401,12 +401,13 @@ backoff_hints_honoured_total{name="users_api"} 1
 
     it("refuses bad options", function()
       assert.error_matches(function() metrics.new("a", 5) end,
-        "bad argument #2 to 'new' (options must be a table", nil, true)
+        "backoff.metrics.new: options must be a table (got number)", nil,
+        true)
       assert.error_matches(function() metrics.new("a", { dict = 1 }) end,
         "backoff.metrics.new: unknown option 'dict'", nil, true)
       for _, d in ipairs { 5, "d", {}, { incr = print }, io.stdout } do
         assert.error_matches(function() metrics.new("a", { shared = d }) end,
-          "option 'shared' must be an ngx.shared dict or false", nil, true)
+          "option 'shared' must be an ngx.shared dict (got ", nil, true)
       end
     end)
 
@@ -427,17 +428,17 @@ backoff_hints_honoured_total{name="users_api"} 1
       assert.is_false(ok)
       assert.is_false(ok1)
       for _, e in ipairs { err, err1 } do
-        assert.matches("backoff.metrics.new: inside nginx, option 'shared' "
-          .. "must be a lua_shared_dict (got nil: is ngx.shared.<name> "
-          .. "spelled as the lua_shared_dict in nginx.conf?)", e, 1, true)
-        assert.matches("shared = false keeps per-worker counts on purpose",
-          e, 1, true)
+        assert.matches("backoff.metrics.new: option 'shared' must be an "
+          .. "ngx.shared dict inside nginx (got nil: a lua_shared_dict's "
+          .. "name misspelled in ngx.shared.NAME gives nil too)", e, 1, true)
+        assert.matches("/metrics shows one worker at a time; shared = "
+          .. "false asks for that on purpose", e, 1, true)
       end
       assert.matches("^[^:]*24%-metrics_spec%.lua:%d+: ", err1) -- the caller
       assert.is_true(ok2)
       assert.is_false(ok3)
-      assert.matches("option 'shared' must be an ngx.shared dict or false "
-        .. "(got 'metrics': the dict is ngx.shared[name], not its name)",
+      assert.matches("option 'shared' must be an ngx.shared dict (got "
+        .. "'metrics': the dict is ngx.shared[name], not its name)",
         err3, 1, true)
       assert.has_no.errors(function() metrics.new("a") end)  -- outside
     end)

@@ -138,7 +138,8 @@ describe("hostile input", function()
     sweep("new(name)", function(v) return metrics.new(v,
       { shared = false }) end, { "bad argument #1 to 'new'" })
     sweep("new(name, opts)", function(v) return metrics.new("a", v) end,
-      { "bad argument #2 to 'new'", "option 'shared'", "unknown option" })
+      { "backoff.metrics.new: options must be a table", "option 'shared'",
+        "unknown option" })
     sweep("new(name, { shared = v })",
       function(v) return metrics.new("a", { shared = v }) end,
       { "option 'shared'" })

@@ -166,28 +166,29 @@ end
 -- object on purpose.  nil is per process outside nginx, and an error
 -- inside it: each worker would keep its own, and a host of 16 workers
 -- would act 16 times over.  `what` names the thing shared ("budget").
-function M.shared(what)
+function M.shared(what, consequence)
   return { shared = true, what = what,
+    consequence = consequence or "a host of N workers acts N times over",
     test = function(v) return v == false or util.is_dict(v) end,
     text = "an ngx.shared dict (lua_shared_dict), or false for one per "
            .. "worker",
     -- "must be an ngx.shared dict (got 5)" first, as the budgets have
-    -- always said it, then the way out
+    -- always said it, then the way out (and a name given for the dict)
     fail = function(ctor, name, v)
-      raise(("%s: option '%s' must be an ngx.shared dict (got %s), or "
+      raise(("%s: option '%s' must be an ngx.shared dict (got %s%s), or "
         .. "false for one %s per worker"):format(ctor, tostring(name),
-        repr(v), what))
+        repr(v), type(v) == "string" and ": the dict is "
+        .. "ngx.shared[name], not its name" or "", what))
     end }
 end
-
 -- the shared rule's verdict on nil: nothing outside nginx, an error in it
 local function shared_nil(ctor, name, rule)
   if util.ngx_phase() == nil then return end
   raise(("%s: option '%s' must be an ngx.shared dict inside nginx (got "
     .. "nil: a lua_shared_dict's name misspelled in ngx.shared.NAME gives "
-    .. "nil too); without it each worker keeps its own %s, and a host of "
-    .. "N workers acts N times over; %s = false asks for that on purpose")
-    :format(ctor, name, rule.what, name))
+    .. "nil too); without it each worker keeps its own %s, and %s; %s = "
+    .. "false asks for that on purpose"):format(ctor, name, rule.what,
+    rule.consequence, name))
 end
 
 ------------------------------------------------------------------------

@@ -34,11 +34,12 @@
 -- may hold other data; metrics.prometheus reads only these keys.
 
 local util = require "backoff.util"
+local check = require "backoff.check"
 local repr = util.repr              -- short, escaped
 
-local error, floor, getmetatable, ipairs, next, pairs, rawget,
+local error, floor, getmetatable, ipairs, pairs, rawget,
       setmetatable, sort, concat, type, format, byte =
-      error, math.floor, getmetatable, ipairs, next, pairs, rawget,
+      error, math.floor, getmetatable, ipairs, pairs, rawget,
       setmetatable, table.sort, table.concat, type, string.format,
       string.byte
 
@@ -81,12 +82,6 @@ local MAX_NAME = 200
 
 -- this Lua state's counters (outside nginx, or shared = false)
 local process = {}
-
--- the running nginx phase, or nil outside nginx
-local function in_nginx()
-  local ngx = rawget(_G, "ngx")
-  return type(ngx) == "table" and type(ngx.get_phase) == "function"
-end
 
 local has_method, incr, printable = util.has_method, util.incr,
                                     util.printable
@@ -313,28 +308,9 @@ function Recorder:__tostring()
     self.dict and "shared dict" or "this process")
 end
 
--- opts.shared checked: the dict, or nil for this Lua state's counts
-local function shared_of(opts)
-  local dict = rawget(opts, "shared")
-  if dict == nil and in_nginx() then
-    error("backoff.metrics.new: inside nginx, option 'shared' must be a "
-          .. "lua_shared_dict (got nil: is ngx.shared.<name> spelled as "
-          .. "the lua_shared_dict in nginx.conf?); without one each worker "
-          .. "would count apart, and /metrics show one worker at a time; "
-          .. "shared = false keeps per-worker counts on purpose", 3)
-  end
-  if dict == false then
-    dict = nil
-  elseif dict ~= nil and not is_dict(dict) then
-    error("backoff.metrics.new: option 'shared' must be an ngx.shared "
-          .. "dict or false (got " .. repr(dict)
-          .. (type(dict) == "string" and ": the dict is ngx.shared[name], "
-              .. "not its name" or "") .. ")", 3)
-  end
-  return dict
-end
-
-local known_opts = { shared = true }
+local options = check.options("backoff.metrics.new", {
+  shared = check.shared("counts", "/metrics shows one worker at a time"),
+})
 
 --- metrics.new(name [, opts]) -> a recorder for `name`.  opts.shared: a
 -- lua_shared_dict (required inside nginx), or false for counts kept
@@ -346,17 +322,7 @@ function M.new(name, opts)
           .. " bytes of UTF-8 without control characters; got "
           .. repr(name) .. ")", 2)
   end
-  if opts ~= nil and type(opts) ~= "table" then
-    error("bad argument #2 to 'new' (options must be a table, got "
-          .. type(opts) .. ")", 2)
-  end
-  opts = opts or {}
-  for k in next, opts do          -- read raw: no metamethod runs
-    if not known_opts[k] then
-      error("backoff.metrics.new: unknown option " .. repr(k), 2)
-    end
-  end
-  local dict = shared_of(opts)
+  local dict = options(opts).shared or nil     -- false: this Lua state
   local keys = { giveups = {} }
   for _, c in ipairs(COUNTERS) do
     if c ~= "giveups" then keys[c] = PREFIX .. c .. "\t" .. name end
