@@ -62,6 +62,7 @@
 #                        shared-object flag (-shared)
 #   INSTALL              the install program (default install)
 #   FUZZ_TIME            seconds of make fuzz (default 60)
+#   JIT_PROCESSES        fresh processes of make jit-check (default 30)
 # The install variables are lua-cjson's.
 #
 # Missing Debian packages are installed (as root) or named (otherwise)

@@ -117,7 +117,8 @@ function app.budgets()
     if r:sub(1, 2) == "tb" then
       counter, unit = raw:tokens(), 1
     else
-      counter, unit = d:get(raw:dict_key()) or raw:capacity() * 1000, 1000
+      -- (a missing key is full: capacity and the credit's room, raw.cap)
+      counter, unit = d:get(raw:dict_key()) or raw.cap, 1000
     end
     ngx.say(r, " counter=", counter, " unit=", unit, " cost=", raw:cost(),
             " capacity=", raw:capacity(), " paid=", d:get(r .. "|paid") or 0,

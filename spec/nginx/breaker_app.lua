@@ -54,7 +54,7 @@ function app.init(up)
     allows = function() return br:allows() end,
     allow = function()
       local ok, ticket = br:allow()
-      ngx.ctx.probe = ticket ~= nil
+      ngx.ctx.probe = type(ticket) == "table"   -- a probe's ticket
       return ok, ticket
     end,
     record = function(_, ok, ticket, s) return br:record(ok, ticket, s) end,
