@@ -69,6 +69,33 @@ describe("doc/", function()
     assert(documented(doc, "balancer"))
   end)
 
+  it("documents every function of backoff.breaker, every method of a "
+     .. "breaker and every option", function()
+    local breaker = require "backoff.breaker"
+    local doc = read("doc/breaker.md")
+    local names = functions_of(breaker)
+    assert.is_true(#names >= 3)
+    for _, name in ipairs(names) do
+      assert(documented(doc, "breaker." .. name))
+    end
+    local br = breaker.new { shared = false }
+    local methods = functions_of(getmetatable(br).__index)
+    assert.is_true(#methods >= 7)
+    for _, name in ipairs(methods) do
+      assert(documented(doc, "br:" .. name))
+    end
+    for _, name in ipairs { "shared", "key", "policy", "failures",
+        "failure_ratio", "slow_call_duration", "slow_call_ratio", "window",
+        "buckets", "min_calls", "probes", "probe_timeout", "clock",
+        "on_change", "metrics" } do
+      assert.truthy(doc:find("\n| `" .. name .. "` |", 1, true), name)
+      -- and the constructor takes it (a wrong value, not an unknown name)
+      local ok, err = pcall(breaker.new, { [name] = {} })
+      assert.is_false(ok)
+      assert.falsy(err:find("unknown option", 1, true), name)
+    end
+  end)
+
   it("documents the runner, backoff.sleep and each runner option",
     function()
       local doc = read("doc/retry.md")
@@ -80,16 +107,26 @@ describe("doc/", function()
         keys[#keys + 1] = key
       end
       assert.is_true(#keys >= 10)
-      for _, key in ipairs(keys) do   -- every key listed is taken
-        local v = key == "budget" and { withdraw = print, deposit = print }
-          or key == "metrics" and { run = print }
-          or (key == "min_attempt_time") and 0
-          or key == "reference_delays" and true or print
-        assert.has_no.errors(function() backoff._check_ropts({ [key] = v })
-        end, key)
+      -- every key listed is taken by the runner (a value of its kind)
+      local fine = function() return true end
+      local values = {
+        budget = { withdraw = fine, deposit = fine },
+        metrics = { run = fine },
+        breaker = { allow = fine, allows = fine, record = fine,
+                    release = fine },
+        min_attempt_time = 0, max_hint = 1,
+        reference_delays = true, unlimited = true, retry_raised = true,
+      }
+      local p = backoff.constant { delay = 0, max_attempts = 2 }
+      for _, key in ipairs(keys) do
+        local v = values[key]
+        if v == nil then v = fine end
+        local ok, err = pcall(backoff.retry, p, fine, { [key] = v })
+        assert(ok, key .. ": " .. tostring(err))
       end
-      for _, key in ipairs { "sleep", "retry_on", "retry_after", "on_retry",
-          "on_success", "on_giveup", "metrics", "budget",
+      for _, key in ipairs { "sleep", "retry_on", "server_hint", "max_hint",
+          "on_retry", "on_success", "on_giveup", "metrics", "budget",
+          "breaker", "unlimited", "retry_raised", "retry_cost",
           "min_attempt_time", "reference_delays" } do
         assert.truthy(table_:find("`" .. key, 1, true), key)
       end
