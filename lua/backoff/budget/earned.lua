@@ -54,12 +54,12 @@
 -- withdrawal ends the shortcut at once.
 
 local C = require "backoff.budget.common"
+local util = require "backoff.util"
 local slices = require "backoff.budget.slices"
 local rule = require "backoff.check"  -- the option rules
-local core = require "backoff.core"
 
-local floor, getmetatable, rawget, setmetatable, type =
-      math.floor, getmetatable, rawget, setmetatable, type
+local floor, getmetatable, setmetatable = math.floor, getmetatable,
+      setmetatable
 local add, take, read, from_milli = C.add, C.take, C.read, C.from_milli
 
 local CTOR = "backoff.budget.earned"
@@ -366,16 +366,6 @@ local function options(ctor, opts)
   return f(opts)
 end
 
--- the default clock: ngx.now inside nginx (every worker reads the same
--- one), backoff.now outside
-local function default_clock()
-  local ngx = rawget(_G, "ngx")
-  if type(ngx) == "table" and type(ngx.now) == "function" then
-    return ngx.now
-  end
-  return core.now
-end
-
 -- earned(opts) -> the budget; opts: capacity (8), cost (1), earn (6),
 -- window (200), throttle_cost (capacity + 1), timeout_cost (6),
 -- per_request (0.08), per_failure (2), per_recovery (5), span (10),
@@ -404,7 +394,7 @@ local function new(opts, ctor)
   if o.span > 0 then
     self.len = o.span / SLICES
     self.ttl = o.span + self.len
-    self.clock = o.clock or default_clock()
+    self.clock = o.clock or util.shared_clock()
   end
   if o.shared or o.key ~= nil then
     self.key, self.dkey = C.shared_key(ctor, o, "e",

@@ -14,6 +14,23 @@ local core_now, core_failure = util.now, util.failure
 
 local X = {}
 
+-- the breaker's word and the budget's payment for attempt n, about to
+-- start now: true, the breaker's ticket | nil, the reason it may not
+local function admit(st, n, cost)
+  local br, ticket = st.br, nil
+  if br then
+    local ok
+    ok, ticket = br:allow()
+    if not ok then return nil, "circuit_open" end
+  end
+  local bud = st.bud
+  if bud and not bud:withdraw(cost, n) then
+    if br and ticket ~= nil then br:release(ticket) end
+    return nil, "budget"
+  end
+  return true, ticket
+end
+
 ------------------------------------------------------------------------
 -- the balancer: the next attempt is granted while the current one runs,
 -- and decided when it starts
@@ -67,16 +84,9 @@ function X.retry_now(st, granted)
   elseif delay == nil then
     t = nil
   end
-  local br = st.br
-  if br then
-    local ok, ticket = br:allow()
-    if not ok then return nil, "circuit_open" end
-    st.ticket = ticket
-  end
-  if not engine.pay(st, st.cost) then
-    engine.release(st)
-    return nil, "budget"
-  end
+  local ok, ticket = admit(st, st.attempt + 1, st.cost)
+  if not ok then return nil, ticket end
+  st.ticket, st.paid, st.owed = ticket, st.cost, st.bud ~= nil
   st.attempt = st.attempt + 1
   st.timeout = engine.try_timeout(st, t, left)
   st.ts = now
@@ -99,20 +109,11 @@ function X.copy(st, hint, err, res)
   if delay == nil then return nil, t end
   local left = engine.left(st, now)
   if engine.too_late(st, left) then return nil, "max_actual_duration" end
-  local rec = { n = st.attempt + 1, ts = now }
-  local br = st.br
-  if br then
-    local ok, ticket = br:allow()
-    if not ok then return nil, "circuit_open" end
-    rec.ticket = ticket
-  end
-  local cost = engine.cost_of(st, err, res, hint)
-  local bud = st.bud
-  if bud and not bud:withdraw(cost, rec.n) then
-    if br and rec.ticket ~= nil then br:release(rec.ticket) end
-    return nil, "budget"
-  end
-  rec.paid = bud and cost or nil
+  local n, cost = st.attempt + 1, engine.cost_of(st, err, res, hint)
+  local ok, ticket = admit(st, n, cost)
+  if not ok then return nil, ticket end
+  local rec = { n = n, ts = now, ticket = ticket,
+                paid = st.bud and cost or nil }
   st.attempt = rec.n
   return engine.try_timeout(st, t, left), rec
 end
