@@ -214,6 +214,13 @@ end
 -- table (lua-resty-http's res.headers, ngx.location.capture's
 -- res.header), or a status number and headers; nil, message for
 -- anything else.  nil, nil for nil/false (a transport failure).
+-- a response's status and headers (indexing a user's table may raise)
+local function status_fields(r1)
+  local hs = r1.headers
+  if hs == nil then hs = r1.header end          -- ngx.location.capture
+  return r1.status, hs
+end
+
 local function read_status(r1, second)
   local t = type(r1)
   if t == "number" then return r1, second end
@@ -223,11 +230,7 @@ local function read_status(r1, second)
                 .. "status), a status number, or nil and an error (got "
                 .. repr(r1) .. ")"
   end
-  local ok, s, h = pcall(function()
-    local hs = r1.headers
-    if hs == nil then hs = r1.header end        -- ngx.location.capture
-    return r1.status, hs
-  end)
+  local ok, s, h = pcall(status_fields, r1)
   if not ok or type(s) ~= "number" then
     return nil, "do_request returned a table without a numeric 'status' "
                 .. "(got " .. repr(ok and s or nil) .. ")"
