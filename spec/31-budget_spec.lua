@@ -270,33 +270,38 @@ describe("a shared budget", function()
     assert.is_true(b:withdraw())
   end)
 
-  it("treats a foreign value under its key as corrupt: refuses, deletes",
-     function()
+  it("treats a foreign value under its key as missing: deletes it, full "
+     .. "again", function()
     for _, v in ipairs { "text", 1 / 0, -1 / 0, 0 / 0, 2 ^ 53, 1e15, 2.5,
                          -1e9, true } do
       local d = fake_dict()
       local b = budget { shared = d, capacity = 500 }
       local k = b:dict_key()
       d.data[k] = v
-      assert.equal(0, b:tokens())            -- never 500, never NaN
-      assert.is_false(b:allows())
+      assert.equal(500, b:tokens())          -- never NaN, never refused
+      assert.is_nil(d.data[k])               -- deleted by the read
+      d.data[k] = v
+      assert.is_true(b:allows())
+      assert.is_nil(d.data[k])
+      d.data[k] = v
+      -- a write that meets it: refused once, with the reason, deleted
       local ok, err = b:withdraw()
       assert.is_false(ok)
       assert.is_string(err)
-      if type(v) == "number" then         -- incr failed on the others
+      if type(v) == "number" then
         assert.matches("corrupt value under key", err, 1, true)
       end
+      assert.is_nil(d.data[k])
+      assert.equal(500, b:tokens())
       d.data[k] = v
       local r, err2 = b:deposit()
       assert.is_nil(r)
       assert.is_string(err2)
-      -- deleted by the call that found it: a full budget again
-      if type(v) == "number" then
-        assert.is_nil(d.data[k])
-        assert.equal(500, b:tokens())
-      end
+      assert.is_nil(d.data[k])
+      assert.equal(500, b:tokens())
     end
   end)
+
 
   it("stays exact at capacity: a deposit of 2^53 leaves it full",
      function()

@@ -316,7 +316,7 @@ for _, where in ipairs { "in-process", "shared" } do
         local ok, err = pcall(b.withdraw, b)
         assert.is_false(ok)
         assert.matches("backoff.budget.recommended: option 'clock' "
-                       .. "returned", err, 1, true)
+                       .. "must return a finite number (got", err, 1, true)
       end
     end)
   end)

@@ -646,7 +646,7 @@ describe("backoff.breaker", function()
         fail(br)
         w.t = 0 / 0
         assert.error_matches(function() br:allow() end,
-          "backoff.breaker: option 'clock' returned nan", nil, true)
+          "backoff.breaker: option 'clock' must return a finite number (got nan)", nil, true)
       end)
   end)
 

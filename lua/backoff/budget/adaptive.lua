@@ -23,13 +23,13 @@
 -- 1000.)
 --
 -- Shared: requests and accepts are counted in the dict (incr per slice,
--- see backoff.budget.window), the draw is local.  Counts that are
+-- see backoff.store.window), the draw is local.  Counts that are
 -- missing (evicted, expired) are forgotten: fewer requests and accepts,
 -- so a lower refusal probability.
 
 local C = require "backoff.budget.common"
 local rule = require "backoff.check"  -- the option rules
-local W = require "backoff.budget.window"
+local window = require "backoff.store.window"
 local core = require "backoff.core"
 
 local getmetatable, setmetatable, type = getmetatable, setmetatable, type
@@ -177,10 +177,12 @@ local function new(opts)
   local clock = o.clock or core.now
   if o.shared or o.key ~= nil then
     self.key, self.dkey = C.shared_key(CTOR, o, "s", { o.window })
-    self.win = W.dict(CTOR, o.window, 10, clock, o.shared, self.dkey)
+    self.win = window.new { who = CTOR, span = o.window, slices = 10,
+      clock = clock, dict = o.shared, prefix = self.dkey .. ":" }
     self.shared = true
   else
-    self.win = W.ring(CTOR, o.window, 10, clock, { "r", "a" })
+    self.win = window.new { who = CTOR, span = o.window, slices = 10,
+      clock = clock }
   end
   return setmetatable(self, Adaptive)
 end

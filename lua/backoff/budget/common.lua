@@ -20,12 +20,13 @@
 
 local util = require "backoff.util"
 local check = require "backoff.check"
+local store = require "backoff.store"
+local window = require "backoff.store.window"
 
-local error, floor, getmetatable, ipairs, setmetatable, tostring, type =
-      error, math.floor, getmetatable, ipairs, setmetatable, tostring, type
-local huge = math.huge
+local error, floor, getmetatable, ipairs, tostring, type =
+      error, math.floor, getmetatable, ipairs, tostring, type
 local repr = util.repr
-local incr = util.incr
+local incr = store.incr
 
 local C = {}
 
@@ -33,6 +34,7 @@ C.repr = repr
 -- dict:incr(key, n, init, ttl) with a warning when it evicted other keys
 -- (a full lua_shared_dict): every incr of the budgets goes through it
 C.incr = incr
+C.WHO = "backoff.budget"
 C.MAX = 9007199254740992             -- 2^53: every count is at most this
 -- 2^40: the token bucket's capacity, in-process and shared alike (a
 -- shared counter may reach (SPAN + 1) capacities: below 2^53, exact)
@@ -116,28 +118,6 @@ function C.self_check(self, mt, method, level)
   end
 end
 
--- The slice of now for a kind with a window: floor(clock() / len),
--- never below `last` (a clock that goes back counts as no time
--- passed).  A clock returning anything but a finite number raises at
--- the caller's line.
-local SLICE_MAX = 4503599627370496     -- 2^52
-function C.slice_of(ctor, clock, len, last)
-  local now = clock()
-  if type(now) ~= "number" or now ~= now or now == huge or now == -huge then
-    check.raise(ctor .. ": option 'clock' returned " .. repr(now)
-                .. " (a finite number expected)")
-  end
-  local i = floor(now / len)
-  -- beyond 2^52 slices, i + 1 is no longer exact (a float's steps are
-  -- 2 and more; on 5.4 near 2^63 an integer wraps): the loops over the
-  -- window's slices would never end.  Such a clock stays at the edge,
-  -- as no time passing.
-  if i > SLICE_MAX then i = SLICE_MAX elseif i < -SLICE_MAX then
-    i = -SLICE_MAX end
-  if last and i < last then i = last end
-  return i
-end
-
 -- thousandths -> the number (an integer when whole, on every Lua)
 function C.from_milli(v)
   local x = v / 1000
@@ -183,23 +163,8 @@ function C.shared_key(ctor, o, kind, parts)
   return key, key .. "|" .. kind .. table.concat(p, ".")
 end
 
--- A number as short exact text: an integer in base 36 ("6000" ->
--- "4mo"), anything else as %.17g.  Dict keys stay short: nginx hashes
--- every key of every dict call, a few ns a byte.
-local DIGITS = "0123456789abcdefghijklmnopqrstuvwxyz"
-function C.short(v)
-  if v ~= floor(v) or v < 0 or v >= 2 ^ 53 then
-    return ("%.17g"):format(v)
-  end
-  if v == 0 then return "0" end
-  local out = ""
-  while v > 0 do
-    local d = v % 36
-    out = DIGITS:sub(d + 1, d + 1) .. out
-    v = (v - d) / 36
-  end
-  return out
-end
+-- a number as short exact text (base 36 for an integer): the window's
+C.short = window.short
 
 -- Is v a value this module can have written under a counter of
 -- capacity cap (an integer, |v| within SPAN capacities)?  Anything else
@@ -212,49 +177,60 @@ local function counter_ok(v, cap)
 end
 C.counter_ok = counter_ok
 
--- The counter's message for a corrupt value, which is deleted: the next
--- call finds the key missing (a full budget, as after an eviction).
+-- A value the counter cannot hold (store.foreign: logged once, deleted;
+-- the next call finds the key missing, a full budget, as after an
+-- eviction).  Returns the message.
 function C.corrupt(dict, dkey, v)
-  if dict.delete then dict:delete(dkey) end
-  return "corrupt value under key " .. repr(dkey) .. " (" .. repr(v)
-         .. "): deleted"
+  return store.foreign(dict, dkey, v, C.WHO, "a token count")
+end
+
+-- incr of the counter at dkey: the counter after, or nil, err (a dict
+-- error, or a value it cannot hold: deleted)
+local function step(dict, dkey, n, cap, init)
+  local r, err = incr(dict, dkey, n, init)
+  if not r then
+    if err == "not a number" then
+      return nil, C.corrupt(dict, dkey, dict:get(dkey))
+    end
+    return nil, err
+  end
+  if not counter_ok(r, cap) then return nil, C.corrupt(dict, dkey, r) end
+  return r
 end
 
 -- Add n (0 <= n <= cap) to the counter at dkey (missing: init), then
 -- take back at once what went above cap.  Returns the counter after,
 -- or nil, err (dict error or corrupt value).
 function C.add(dict, dkey, n, cap, init)
-  local r, err = incr(dict, dkey, n, init)
-  if not r then return nil, err end
-  if not counter_ok(r, cap) then return nil, C.corrupt(dict, dkey, r) end
-  if r > cap then
+  local r, err = step(dict, dkey, n, cap, init)
+  if r and r > cap then
     local e = r - cap
     if e > n then e = n end
-    r, err = incr(dict, dkey, -e, init)
-    if not r then return nil, err end
-    if not counter_ok(r, cap) then return nil, C.corrupt(dict, dkey, r) end
+    r, err = step(dict, dkey, -e, cap, init)
   end
-  return r
+  return r, err
 end
 
 -- Take c (0 < c <= cap) if it leaves the counter >= floor_; else give
 -- it back (through add) and refuse.  Returns true, or false [, err].
 function C.take(dict, dkey, c, cap, init, floor_)
-  local r, err = incr(dict, dkey, -c, init)
+  local r, err = step(dict, dkey, -c, cap, init)
   if not r then return false, err end
-  if not counter_ok(r, cap) then return false, C.corrupt(dict, dkey, r) end
   if r >= floor_ then return true end
   r, err = C.add(dict, dkey, c, cap, init)     -- undo
   if not r then return false, err end
   return false
 end
 
--- the counter now (missing: init), or nil when corrupt (not deleted:
--- a read changes nothing)
+-- the counter now (missing: init; a foreign value is deleted and read
+-- as missing)
 function C.read(dict, dkey, cap, init)
   local v = dict:get(dkey)
   if v == nil then return init end
-  if not counter_ok(v, cap) then return nil end
+  if not counter_ok(v, cap) then
+    C.corrupt(dict, dkey, v)
+    return init
+  end
   return v
 end
 
@@ -262,35 +238,13 @@ end
 -- incr(-n); if r < 0 then incr(min(n, -r)).  The counter after, or
 -- nil, err.
 function C.sub_floor(dict, dkey, n, cap, init)
-  local r, err = incr(dict, dkey, -n, init)
-  if not r then return nil, err end
-  if not counter_ok(r, cap) then return nil, C.corrupt(dict, dkey, r) end
-  if r < 0 then
+  local r, err = step(dict, dkey, -n, cap, init)
+  if r and r < 0 then
     local e = -r
     if e > n then e = n end
-    r, err = incr(dict, dkey, e, init)
-    if not r then return nil, err end
-    if not counter_ok(r, cap) then return nil, C.corrupt(dict, dkey, r) end
+    r, err = step(dict, dkey, e, cap, init)
   end
-  return r
+  return r, err
 end
-
--- A dict of one Lua state, for the in-process budgets: the same calls
--- as an ngx.shared dict (incr with init, get, delete), so that one code
--- path serves both.  Nothing else can write it.  The values are in a
--- table of their own (v), so that no key can meet a method's name.
-local Mini = {}
-Mini.__index = Mini
-function Mini:incr(key, value, init)
-  local values = self.v
-  local v = values[key]
-  if v == nil then v = init end
-  v = v + value
-  values[key] = v
-  return v
-end
-function Mini:get(key) return self.v[key] end
-function Mini:delete(key) self.v[key] = nil end
-function C.mini_dict() return setmetatable({ v = {} }, Mini) end
 
 return C

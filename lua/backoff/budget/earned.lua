@@ -56,6 +56,8 @@
 local C = require "backoff.budget.common"
 local util = require "backoff.util"
 local slices = require "backoff.budget.slices"
+local store = require "backoff.store"
+local window = require "backoff.store.window"
 local rule = require "backoff.check"  -- the option rules
 
 local floor, getmetatable, setmetatable = math.floor, getmetatable,
@@ -149,12 +151,10 @@ function Earned:withdraw(cost, attempt)
   return take(self.dict, self.dkey, c, cap, cap, fl)
 end
 
--- the tokens a retry of this attempt can take now (thousandths), or
--- nil when corrupt
+-- the tokens a retry of this attempt can take now (thousandths)
 local function available(self, attempt)
   local cap = self.cap
   local v = read(self.dict, self.dkey, cap, cap)
-  if v == nil then return nil end
   local r, l = reserve(self)
   local fl = floor_for(self, attempt, r, l)
   v = v - fl
@@ -171,8 +171,7 @@ function Earned:allows(cost, attempt)
   attempt = retry_number(self, attempt_arg(attempt, "allows"))
   if cost == 0 then return true end
   if cost > self.capacity_ then return false end
-  local v = available(self, attempt)
-  return v ~= nil and v >= cost * 1000
+  return available(self, attempt) >= cost * 1000
 end
 
 -- A worker whose success share is at least this (about 300 successes
@@ -271,12 +270,10 @@ function Earned:deposit(n)
 end
 
 -- bud:tokens() -> what withdraw can take now for a request already
--- retrying: 0 to reserve() (thousandths; corrupt: 0)
+-- retrying: 0 to reserve() (thousandths; a foreign value: read as full)
 function Earned:tokens()
   check(self, "tokens")
-  local v = available(self, 3)
-  if v == nil then return 0 end
-  return from_milli(v)
+  return from_milli(available(self, 3))
 end
 
 -- bud:reserve() -> R now: the most that can be spent with no success
@@ -329,7 +326,7 @@ end
 
 function Earned:__tostring()
   check(self, "__tostring")
-  local v = available(self, 3) or 0
+  local v = available(self, 3)
   local r, l = reserve(self)
   return ("%s: %s%s tokens of a reserve of %s (credit %s; capacity %s, "
     .. "earn %s x success share %.3f)"):format(CTOR,
@@ -386,14 +383,13 @@ local function new(opts, ctor)
     throttle_ = o.throttle_cost or o.capacity + 1,
     timeout_ = o.timeout_cost,
     span_ = o.span, ureq = floor(o.per_request * 1000 + 0.5),
-    ufail = ufail, urec = urec, least = least, fails = 0, pu = 0, cs = 0,
-    ccs = 0, run = 0, ended = 0, streak = 0,
+    ufail = ufail, urec = urec, least = least, fails = 0, pu = 0,
+    run = 0, ended = 0, streak = 0,
     -- a longer run of failures adds nothing more to B (capped)
     most = ufail > 0 and math.ceil(base / ufail) or 1,
   }
   if o.span > 0 then
     self.len = o.span / SLICES
-    self.ttl = o.span + self.len
     self.clock = o.clock or util.shared_clock()
   end
   if o.shared or o.key ~= nil then
@@ -401,8 +397,12 @@ local function new(opts, ctor)
       { o.capacity, self.earn_, self.ureq, ufail, o.span, urec })
     self.dict, self.shared = o.shared, true
   else
-    self.dict, self.dkey = C.mini_dict(), "tokens"
-    self.ring, self.cring = { tag = {} }, { tag = {} }
+    self.dict, self.dkey = store.dict(), "tokens"
+  end
+  if self.len then
+    self.win = window.new { who = ctor, span = o.span, slices = SLICES,
+      clock = self.clock, dict = self.shared and self.dict or nil,
+      prefix = self.dkey .. ":", lo = 0, hi = slices.MAX, cache = true }
   end
   return setmetatable(self, Earned)
 end

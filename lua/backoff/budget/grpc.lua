@@ -21,6 +21,7 @@
 -- amounts in flight); withdraw, allows and tokens read it clamped.
 
 local C = require "backoff.budget.common"
+local store = require "backoff.store"
 local rule = require "backoff.check"  -- the option rules
 
 local floor, getmetatable, setmetatable = math.floor, getmetatable,
@@ -37,11 +38,11 @@ end
 
 local read, from_milli = C.read, C.from_milli
 
--- the counter, clamped to [0, max]; nil when corrupt
+-- the counter, clamped to [0, max] (a foreign value: read as missing,
+-- full)
 local function milli_tokens(self)
   local max = self.max
   local v = read(self.dict, self.dkey, max, max)
-  if v == nil then return nil end
   if v <= 0 then return 0 end            -- a foreign -0 too
   if v > max then return max end
   return v
@@ -52,11 +53,7 @@ end
 function Grpc:withdraw(cost)
   check(self, "withdraw")
   C.count_arg(cost, "withdraw", "cost")
-  local v = milli_tokens(self)
-  if v == nil then
-    return false, C.corrupt(self.dict, self.dkey, self.dict:get(self.dkey))
-  end
-  return v > self.half
+  return milli_tokens(self) > self.half
 end
 
 -- bud:allows([cost]) -> the same decision, reading only
@@ -87,13 +84,13 @@ end
 function Grpc:deposit(n)
   check(self, "deposit")
   C.count_arg(n, "deposit", "n")
-  return from_milli(milli_tokens(self) or 0)
+  return from_milli(milli_tokens(self))
 end
 
 -- bud:tokens() -> token_count (0 to max_tokens, thousandths)
 function Grpc:tokens()
   check(self, "tokens")
-  return from_milli(milli_tokens(self) or 0)
+  return from_milli(milli_tokens(self))
 end
 
 function Grpc:max_tokens()
@@ -112,7 +109,7 @@ function Grpc:__tostring()
   check(self, "__tostring")
   return ("%s: %s%s/%s tokens (token_ratio %s)"):format(CTOR,
     self.shared and ("shared " .. C.repr(self.dkey) .. ", ") or "",
-    C.milli_text(milli_tokens(self) or 0), C.milli_text(self.max),
+    C.milli_text(milli_tokens(self)), C.milli_text(self.max),
     C.milli_text(self.ratio))
 end
 
@@ -150,7 +147,7 @@ local function new(opts)
     self.key, self.dkey = C.shared_key(CTOR, o, "g", { max, ratio })
     self.dict, self.shared = o.shared, true
   else
-    self.dict, self.dkey = C.mini_dict(), "tokens"
+    self.dict, self.dkey = store.dict(), "tokens"
   end
   return setmetatable(self, Grpc)
 end

@@ -24,7 +24,7 @@
 
 local C = require "backoff.budget.common"
 local rule = require "backoff.check"  -- the option rules
-local W = require "backoff.budget.window"
+local window = require "backoff.store.window"
 local core = require "backoff.core"
 
 local floor, getmetatable, setmetatable, type = math.floor, getmetatable,
@@ -61,10 +61,10 @@ function Ratio:withdraw(cost)
   local b
   b, err = balance(self)
   if b and b >= 0 then
-    win:add_at("w", n, i)                   -- what deposit may give back
+    win:add("w", n, i)                   -- what deposit may give back
     return true
   end
-  win:add_at("b", n, i)                     -- undo, in the same slice
+  win:add("b", n, i)                     -- undo, in the same slice
   if err then return false, err end
   return false
 end
@@ -104,7 +104,7 @@ function Ratio:deposit(n)
       local i
       i, err = win:add("b", m)
       if not i then return nil, err end
-      win:add_at("w", -m, i)
+      win:add("w", -m, i)
     end
   end
   return self:tokens()
@@ -159,10 +159,12 @@ local function new(opts)
   if o.shared or o.key ~= nil then
     self.key, self.dkey = C.shared_key(CTOR, o, "r",
       { o.ttl, p, o.min_per_second })
-    self.win = W.dict(CTOR, o.ttl, 10, clock, o.shared, self.dkey)
+    self.win = window.new { who = CTOR, span = o.ttl, slices = 10,
+      clock = clock, dict = o.shared, prefix = self.dkey .. ":" }
     self.shared = true
   else
-    self.win = W.ring(CTOR, o.ttl, 10, clock, { "b", "w" })
+    self.win = window.new { who = CTOR, span = o.ttl, slices = 10,
+      clock = clock }
   end
   return setmetatable(self, Ratio)
 end

@@ -38,6 +38,7 @@
 -- the counter stays in [0, capacity].
 
 local C = require "backoff.budget.common"
+local store = require "backoff.store"
 local rule = require "backoff.check"  -- the option rules
 
 local getmetatable, setmetatable = getmetatable, setmetatable
@@ -79,7 +80,7 @@ function Bucket:allows(cost)
   cost = C.count_arg(cost, "allows", "cost", self.cost_)
   if cost == 0 then return true end
   local v = read(self.dict, self.dkey, self.cap, self.cap)
-  return v ~= nil and v >= cost
+  return v >= cost
 end
 
 -- bud:deposit([n]) -> the tokens after (0 to capacity), or nil, err
@@ -125,11 +126,11 @@ function Bucket:record(ok, attempt, cost)
   add(self.dict, self.dkey, n, cap, cap)
 end
 
--- bud:tokens() -> 0 to capacity (missing key: full; corrupt: 0)
+-- bud:tokens() -> 0 to capacity (missing key or a foreign value: full)
 local function tokens(self)
   local cap = self.cap
   local v = read(self.dict, self.dkey, cap, cap)
-  if v == nil or v <= 0 then return 0 end     -- a foreign -0 too
+  if v <= 0 then return 0 end                 -- a foreign -0 too
   if v > cap then return cap end
   return v
 end
@@ -176,7 +177,7 @@ local function new(opts)
                                        { o.capacity, o.cost, o.refund })
     self.dict, self.shared = o.shared, true
   else
-    self.dict, self.dkey = C.mini_dict(), "tokens"
+    self.dict, self.dkey = store.dict(), "tokens"
   end
   return setmetatable(self, Bucket)
 end

@@ -29,6 +29,8 @@
 
 local check_mod = require "backoff.check"
 local util = require "backoff.util"
+local store = require "backoff.store"
+local window = require "backoff.store.window"
 
 local error, floor, getmetatable, log, setmetatable, type =
       error, math.floor, getmetatable, math.log, setmetatable, type
@@ -74,59 +76,19 @@ end
 ------------------------------------------------------------------------
 -- the histogram's storage: a slice's bucket counts
 
--- the slice of now, never before the last one seen
-local function slice_now(self)
-  local now = self.clock()
-  if type(now) ~= "number" or now ~= now or now == huge or now == -huge then
-    error(CTOR .. ": option 'clock' must return a finite number (got "
-          .. repr(now) .. ")", 4)
-  end
-  local i = floor(now / self.len)
-  local last = self.last
-  if last and i < last then return last end
-  self.last = i
-  return i
-end
+-- the window's series of bucket b
+local NAMES = {}
+for b = 0, BUCKETS - 1 do NAMES[b] = ":" .. b end
 
-local function dict_key(self, slice, b)
-  return self.dkey .. ("%.0f:%d"):format(slice, b)
-end
-
--- the count of bucket b in slice i (missing, expired or foreign: 0)
-local function get(self, i, b)
-  if self.dict then
-    local v = self.dict:get(dict_key(self, i, b))
-    if type(v) ~= "number" or v ~= floor(v) or v < 0 or v >= 2 ^ 53 then
-      return 0
-    end
-    return v
+-- one latency in bucket b; a count that cannot be kept (a full dict) is
+-- said once per estimator in the error log
+local function put(self, b)
+  local ok, err = self.win:add(NAMES[b], 1)
+  if not ok and not self.warned then
+    self.warned = true
+    store.log("WARN", CTOR, ": latencies lost for '", self.key, "': ", err,
+              " (make the lua_shared_dict larger)")
   end
-  local s = self.ring[i % SLICES]
-  if s and s.tag == i then return s[b] or 0 end
-  return 0
-end
-
-local function put(self, i, b)
-  local dict = self.dict
-  if dict then
-    local ok, err = util.incr(dict, dict_key(self, i, b), 1, 0, self.ttl)
-    if not ok and not self.warned then
-      self.warned = true
-      local ngx = rawget(_G, "ngx")
-      if type(ngx) == "table" and ngx.log then
-        ngx.log(ngx.WARN, CTOR, ": latencies lost for '", self.key, "': ",
-                err, " (make the lua_shared_dict larger)")
-      end
-    end
-    return
-  end
-  local j = i % SLICES
-  local s = self.ring[j]
-  if not s or s.tag ~= i then
-    s = { tag = i }
-    self.ring[j] = s
-  end
-  s[b] = (s[b] or 0) + 1
 end
 
 ------------------------------------------------------------------------
@@ -134,18 +96,9 @@ end
 
 -- the counts of the span now, per bucket, and their sum
 local function histogram(self, i)
-  if self.old_for ~= i then          -- the slices before the last
-    local old = {}
-    for b = 0, BUCKETS - 1 do
-      local c = 0
-      for j = i - SLICES + 1, i - 2 do c = c + get(self, j, b) end
-      old[b] = c
-    end
-    self.old, self.old_for = old, i
-  end
-  local old, h, n = self.old, {}, 0
+  local win, h, n = self.win, {}, 0
   for b = 0, BUCKETS - 1 do
-    local c = old[b] + get(self, i - 1, b) + get(self, i, b)
+    local c = win:sum(NAMES[b], i)
     h[b], n = c, n + c
   end
   return h, n
@@ -171,7 +124,7 @@ end
 --- lat:delay() -> seconds: the hedging delay now
 function Latency:delay()
   check(self, "delay")
-  local now = self.clock()
+  local now = store.now(CTOR, self.clock)
   local due = self.due
   -- kept until due, unless it was cold and this worker alone has taught
   -- it enough since
@@ -180,7 +133,7 @@ function Latency:delay()
               and self.n + self.fresh >= self.min_samples) then
     return self.cached
   end
-  local d = estimate(self, slice_now(self))
+  local d = estimate(self, self.win:slice())
   self.cached, self.due, self.fresh = d, now + self.refresh, 0
   return d
 end
@@ -194,14 +147,14 @@ function Latency:observe(seconds)
     error("bad argument #1 to 'observe' (a finite number of seconds >= 0 "
           .. "expected, got " .. repr(seconds) .. ")", 2)
   end
-  put(self, slice_now(self), bucket(seconds))
+  put(self, bucket(seconds))
   self.fresh = self.fresh + 1
 end
 
 --- lat:samples() -> the latencies the span holds now (read afresh)
 function Latency:samples()
   check(self, "samples")
-  local _, n = histogram(self, slice_now(self))
+  local _, n = histogram(self, self.win:slice())
   return n
 end
 
@@ -241,7 +194,6 @@ local function storage(self, o, key_given)
       raise(CTOR .. ": option 'key' names keys in a dict, so it needs "
             .. "option 'shared' (an ngx.shared dict)")
     end
-    self.ring = {}
     return
   end
   self.dict, self.key, self.dkey = o.shared, o.key, o.key .. "|h:"
@@ -260,10 +212,12 @@ local function new(opts)
   local self = { percentile = o.percentile, min_delay = o.min_delay,
     max_delay = o.max_delay, span = o.span, min_samples = o.min_samples,
     len = o.span / SLICES, n = 0, fresh = 0 }
-  self.ttl = o.span + self.len
   self.refresh = self.len / 8
   self.clock = o.clock or util.shared_clock()
   storage(self, o, type(opts) == "table" and opts.key ~= nil)
+  self.win = window.new { who = CTOR, span = o.span, slices = SLICES,
+    clock = self.clock, dict = self.dict, prefix = self.dkey, lo = 0,
+    hi = 2 ^ 53 - 1, cache = true }
   return setmetatable(self, Latency)
 end
 
