@@ -385,7 +385,7 @@ end)
 
 -- A full lua_shared_dict makes room on incr by evicting other keys, and
 -- says so in incr's third result (`forcible`).  Every incr of the
--- budgets goes through util.incr, which logs it at WARN (ngx.log), once
+-- budgets goes through store.incr, which logs it at WARN (ngx.log), once
 -- per key and minute: a budget drained to 0 that comes back full after
 -- an eviction is no longer silent.
 describe("a shared budget in a full dict", function()

@@ -250,7 +250,8 @@ describe("a misbehaving clock or draw", function()
       local b = budget.ratio { clock = function() return v end }
       local ok, err = pcall(b.withdraw, b)
       assert.is_false(ok)
-      assert.matches("option 'clock' must return a finite number (got", err, 1, true)
+      assert.matches("option 'clock' must return a finite number (got",
+                     err, 1, true)
     end
     for _, v in ipairs { NAN, -0.1, 1.5, "x" } do
       local b = budget.adaptive { clock = clock,

@@ -22,6 +22,7 @@ local util = require "backoff.util"
 local core = require "backoff.core"
 local bmetrics = require "backoff.breaker.metrics"
 local store = require "backoff.breaker.store"
+local now_of = require("backoff.store").now
 local stats = require "backoff.breaker.stats"
 local state = require "backoff.breaker.state"
 
@@ -115,17 +116,13 @@ end
 
 -- br:_now() -> the breaker's time (its clock, checked; internal)
 function Breaker:_now()
-  local t = self.clock()
-  if type(t) ~= "number" or t ~= t or t == huge or t == -huge then
-    raise(WHO .. ": option 'clock' returned " .. repr(t)
-          .. " (a finite number expected)")
-  end
-  return t
+  return now_of(WHO, self.clock)
 end
 
 local read, closed_epoch, epoch_after, changed, refused, trip,
-      probe_outcome = state.read, state.closed_epoch, state.epoch_after,
-      state.changed, state.refused, state.trip, state.probe_outcome
+      probe_outcome, slot_taken = state.read, state.closed_epoch,
+      state.epoch_after, state.changed, state.refused, state.trip,
+      state.probe_outcome, state.slot_taken
 
 ------------------------------------------------------------------------
 -- the four methods the retry engine calls
@@ -137,9 +134,9 @@ function Breaker:allows()
   local kind, rec = read(self)
   if kind == CLOSED then return true end
   if self:_now() < rec.until_ then return false end
-  local dict, base = self.dict, self.pre .. "p" .. rec.etext .. "."
+  local base = self.pre .. "p" .. rec.etext .. "."
   for i = 1, self.probes do
-    if dict:get(base .. i) == nil then return true end
+    if not slot_taken(self, base .. i) then return true end
   end
   return false
 end
@@ -162,7 +159,9 @@ local function take_probe(self, rec, now)
   local dict, base = self.dict, self.pre .. "p" .. rec.etext .. "."
   for i = 1, self.probes do
     local slot, tok = base .. i, token()
-    if dict:add(slot, tok, self.probe_timeout) then
+    if dict:add(slot, tok, self.probe_timeout)
+       or not slot_taken(self, slot)
+          and dict:add(slot, tok, self.probe_timeout) then
       local ticket = setmetatable({ epoch = rec.epoch, slot = slot,
                                     token = tok }, Ticket)
       if dict:add(self.pre .. "h" .. rec.etext, 1, stats.KEEP) then

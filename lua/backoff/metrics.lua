@@ -35,6 +35,7 @@
 
 local util = require "backoff.util"
 local check = require "backoff.check"
+local store = require "backoff.store"
 local repr = util.repr              -- short, escaped
 
 local error, floor, getmetatable, ipairs, pairs, rawget,
@@ -81,9 +82,9 @@ local PREFIX = "backoff\t"
 local MAX_NAME = 200
 
 -- this Lua state's counters (outside nginx, or shared = false)
-local process = {}
+local process = store.dict()
 
-local has_method, incr, printable = util.has_method, util.incr,
+local has_method, incr, printable = util.has_method, store.incr,
                                     util.printable
 
 local function is_dict(v)
@@ -168,8 +169,9 @@ end
 
 -- add n to one counter (reason: the giveups label).  A count that
 -- cannot be added is lost, never raised into a request, and said once
--- per recorder and cause in the error log; an addition that evicted
--- other keys is logged by util.incr.
+-- per recorder and cause in the error log; a value another writer put
+-- under our key is deleted (store.foreign) and the count made afresh;
+-- an addition that evicted other keys is logged by store.incr.
 local function add(self, counter, n, reason)
   local key = self.keys[counter]
   if reason then
@@ -180,19 +182,16 @@ local function add(self, counter, n, reason)
       by[reason] = key
     end
   end
-  local dict = self.dict
-  if dict then
-    local ok, err = incr(dict, key, n, 0)
-    if not ok and not self.warned[err or "?"] then
-      self.warned[err or "?"] = true
-      local ngx = rawget(_G, "ngx")
-      if type(ngx) == "table" and ngx.log then
-        ngx.log(ngx.WARN, "backoff.metrics: counts lost for '", self.name,
-                "': ", lost_because(err, key))
-      end
-    end
-  else
-    process[key] = (process[key] or 0) + n
+  local st = self.st
+  local ok, err = incr(st, key, n, 0)
+  if not ok and err == "not a number" then
+    store.foreign(st, key, st:get(key), "backoff.metrics", "a count")
+    ok, err = incr(st, key, n, 0)
+  end
+  if not ok and not self.warned[err or "?"] then
+    self.warned[err or "?"] = true
+    store.log("WARN", "backoff.metrics: counts lost for '", self.name,
+              "': ", lost_because(err, key))
   end
 end
 
@@ -271,10 +270,15 @@ local function count_of(v)
   return nil
 end
 
--- the count under key, nil when missing or not a count
-local function stored(self, key)
-  if self.dict then return count_of(self.dict:get(key)) end
-  return count_of(process[key])
+-- the count under key, nil when missing or not a count (deleted: read
+-- as missing)
+local function stored(st, key)
+  local v = st:get(key)
+  local c = count_of(v)
+  if c == nil and v ~= nil then
+    store.foreign(st, key, v, "backoff.metrics", "a count")
+  end
+  return c
 end
 
 --- m:counts() -> { attempts = n, ..., giveups = { reason = n } }: this
@@ -284,20 +288,13 @@ function Recorder:counts()
   self = self_of(self, "counts")
   local t = { giveups = {} }
   for _, c in ipairs(COUNTERS) do
-    if c ~= "giveups" then t[c] = stored(self, self.keys[c]) or 0 end
+    if c ~= "giveups" then t[c] = stored(self.st, self.keys[c]) or 0 end
   end
   local p = self.prefix_giveups
-  local keys
-  if self.dict then
-    keys = self.dict:get_keys(0)
-  else
-    keys = {}
-    for k in pairs(process) do keys[#keys + 1] = k end
-  end
-  for _, k in ipairs(keys) do
+  for _, k in ipairs(self.st:get_keys(0)) do
     if type(k) == "string" and k:sub(1, #p) == p
        and is_reason(k:sub(#p + 1)) then
-      t.giveups[k:sub(#p + 1)] = stored(self, k)
+      t.giveups[k:sub(#p + 1)] = stored(self.st, k)
     end
   end
   return t
@@ -327,7 +324,8 @@ function M.new(name, opts)
   for _, c in ipairs(COUNTERS) do
     if c ~= "giveups" then keys[c] = PREFIX .. c .. "\t" .. name end
   end
-  return setmetatable({ name = name, dict = dict, keys = keys,
+  return setmetatable({ name = name, dict = dict, st = dict or process,
+    keys = keys,
     prefix_giveups = PREFIX .. "giveups\t" .. name .. "\t", warned = {} },
     Recorder)
 end
@@ -374,15 +372,11 @@ end
 
 -- the keys and values to write: from the dict, or this process's
 local function snapshot(dict)
-  local t = {}
-  if dict then
-    for _, k in ipairs(dict:get_keys(0)) do
-      if type(k) == "string" and k:sub(1, #PREFIX) == PREFIX then
-        t[k] = count_of(dict:get(k))
-      end
+  local st, t = dict or process, {}
+  for _, k in ipairs(st:get_keys(0)) do
+    if type(k) == "string" and k:sub(1, #PREFIX) == PREFIX then
+      t[k] = stored(st, k)
     end
-  else
-    for k, v in pairs(process) do t[k] = v end
   end
   return t
 end
@@ -444,14 +438,11 @@ end
 -- Lua state's own)
 function M.reset(dict)
   check_dict(dict, "reset")
-  if dict then
-    for _, k in ipairs(dict:get_keys(0)) do
-      if type(k) == "string" and k:sub(1, #PREFIX) == PREFIX then
-        dict:delete(k)
-      end
+  local st = dict or process
+  for _, k in ipairs(st:get_keys(0)) do
+    if type(k) == "string" and k:sub(1, #PREFIX) == PREFIX then
+      st:delete(k)
     end
-  else
-    for k in pairs(process) do process[k] = nil end
   end
 end
 

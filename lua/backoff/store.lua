@@ -26,8 +26,7 @@ local repr, printable = util.repr, util.printable
 
 local S = {}
 
--- a word said about a dict (an eviction, a foreign value) is said at
--- most once per this many seconds (per dict; per key for a foreign value)
+-- that a dict is full is said at most once per dict in this many seconds
 S.WARN_INTERVAL = 60
 
 ------------------------------------------------------------------------
@@ -137,6 +136,13 @@ function Local:delete(key)
   return true
 end
 
+function Local:ttl(key)
+  if live(self, key) == nil then return nil, "not found" end
+  local e = self.exp[key]
+  if e == nil then return 0 end
+  return e - self.clock()
+end
+
 function Local:get_keys(max)
   local keys, n = {}, 0
   for k in next, self.data do
@@ -231,47 +237,18 @@ end
 ------------------------------------------------------------------------
 -- values the object cannot have written
 
--- dict -> { key -> when a foreign value under it was last logged };
--- pruned of old entries once it holds more than 1024 keys
-local foreign_seen = setmetatable({}, { __mode = "k" })
-
-local function seen_recently(dict, key, now)
-  local t = foreign_seen[dict]
-  if not t then
-    t = { n = 0, at = {} }
-    foreign_seen[dict] = t
-  end
-  local last = t.at[key]
-  if last and now >= last and now - last < S.WARN_INTERVAL then
-    return true
-  end
-  if not last then
-    if t.n >= 1024 then
-      for k, at in next, t.at do
-        if now - at >= S.WARN_INTERVAL or now < at then
-          t.at[k], t.n = nil, t.n - 1
-        end
-      end
-    end
-    t.n = t.n + 1
-  end
-  t.at[key] = now
-  return false
-end
-
 --- store.foreign(dict, key, v, who [, why]) -> the message: v, read
 -- under key, is not a value `who` can have written (why: what it
 -- expected).  It is deleted (the next read finds the key missing) and
--- logged at warn, once per dict and key every WARN_INTERVAL seconds.
+-- logged at warn: once per value written, as the deletion means the
+-- next reader finds nothing (no rate limit is needed: a line per value
+-- another writer put there).
 function S.foreign(dict, key, v, who, why)
   dict:delete(key)
-  local msg = who .. ": corrupt value under key " .. repr(key) .. " ("
+  local msg = who .. ": corrupt value under key '" .. printable(key) .. "' ("
     .. repr(v) .. "; not one it writes" .. (why and (": " .. why
     .. " expected") or "") .. "): deleted, read as missing"
-  local ngx = ngx_log()
-  if ngx and not seen_recently(dict, key, log_now(ngx)) then
-    ngx.log(ngx.WARN, msg)
-  end
+  S.log("WARN", msg)
   return msg
 end
 

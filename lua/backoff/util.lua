@@ -5,9 +5,9 @@
 
 local core = require "backoff.core"
 
-local getmetatable, ipairs, next, pairs, pcall, rawget, setmetatable,
+local getmetatable, ipairs, next, pcall, rawget, setmetatable,
       tostring, type =
-      getmetatable, ipairs, next, pairs, pcall, rawget, setmetatable,
+      getmetatable, ipairs, next, pcall, rawget, setmetatable,
       tostring, type
 
 local M = {}
@@ -192,62 +192,7 @@ function M.budget_cost(bud)
 end
 
 ------------------------------------------------------------------------
--- dict:incr, and a word when it evicted other keys
-
--- A forced eviction is silent in nginx: incr answers newval, nil, true
--- when the dict was full and other keys (a budget's tokens, other
--- counts, another user's data) were removed to make room.  This says so
--- at warn, once per dict and key in WARN_INTERVAL seconds.
-M.WARN_INTERVAL = 60
-
--- dict -> its name in ngx.shared (false: not found), looked up once
-local dict_names = setmetatable({}, { __mode = "k" })
-
-local function dict_name(ngx, dict)
-  local name = dict_names[dict]
-  if name == nil then
-    name = false
-    local shared = rawget(ngx, "shared")
-    if type(shared) == "table" then
-      local ok = pcall(function()
-        for k, v in pairs(shared) do
-          if v == dict then name = k break end
-        end
-      end)
-      if not ok then name = false end
-    end
-    dict_names[dict] = name
-  end
-  return name
-end
-
--- dict -> { key -> when its eviction was last logged }; pruned of
--- entries older than the interval once it holds more than 1024 keys
-local warned = setmetatable({}, { __mode = "k" })
-
-local function recently_warned(dict, key, now)
-  local t = warned[dict]
-  if not t then
-    t = { n = 0, at = {} }
-    warned[dict] = t
-  end
-  local last = t.at[key]
-  if last and now - last < M.WARN_INTERVAL and now >= last then
-    return true
-  end
-  if not last then
-    if t.n >= 1024 then
-      for k, at in next, t.at do
-        if now - at >= M.WARN_INTERVAL or now < at then
-          t.at[k], t.n = nil, t.n - 1
-        end
-      end
-    end
-    t.n = t.n + 1
-  end
-  t.at[key] = now
-  return false
-end
+-- log lines
 
 -- a key as a log line shows it: control bytes escaped, at most 80 bytes
 function M.printable(key)
@@ -259,38 +204,6 @@ function M.printable(key)
     return ("\\%03d"):format(c:byte())
   end)
   return s .. (cut and "..." or "")
-end
-
-local function warn_evicted(dict, key)
-  local ngx = rawget(_G, "ngx")
-  if type(ngx) ~= "table" or type(ngx.log) ~= "function" then return end
-  local now = type(ngx.now) == "function" and ngx.now() or 0
-  if recently_warned(dict, key, now) then return end
-  local name = dict_name(ngx, dict)
-  ngx.log(ngx.WARN, "backoff: the lua_shared_dict ",
-    name and ("'" .. name .. "'") or "(name unknown)",
-    " is full: adding to key '", M.printable(key), "' evicted other keys ",
-    "to make room, and what they held is lost (a budget's tokens, ",
-    "metric counts, another user's data); give each user (each budget, ",
-    "backoff.metrics, other code) a lua_shared_dict of its own, larger ",
-    "(logged once per key every ", M.WARN_INTERVAL, " s)")
-end
-
---- util.incr(dict, key, n [, init [, ttl]]) -> what dict:incr returns
--- (newval, err, forcible), after logging a forced eviction (forcible)
--- at warn, once per dict and key every WARN_INTERVAL seconds.  init
--- and ttl are passed only when given (ttl needs init).
-function M.incr(dict, key, n, init, ttl)
-  local v, err, forcible
-  if ttl ~= nil then
-    v, err, forcible = dict:incr(key, n, init, ttl)
-  elseif init ~= nil then
-    v, err, forcible = dict:incr(key, n, init)
-  else
-    v, err, forcible = dict:incr(key, n)
-  end
-  if forcible then warn_evicted(dict, key) end
-  return v, err, forcible
 end
 
 return M

@@ -215,14 +215,14 @@ end
 
 -- /evict: three rounds of the key "probe" (new each time: the fillers
 -- after it evict it, the least recently used) and 300 metric keys; the
--- probe is added by util.incr itself, the fillers by backoff.metrics
+-- probe is added by store.incr itself, the fillers by backoff.metrics
 function app.evict()
-  local util = require "backoff.util"
+  local store = require "backoff.store"
   local d = ngx.shared.tiny
   d:flush_all()
   local forced, lost = 0, 0
   for round = 1, 3 do
-    local v, _, forcible = util.incr(d, "probe", 1, 0)
+    local v, _, forcible = store.incr(d, "probe", 1, 0)
     if forcible then forced = forced + 1 end
     if v ~= 1 then lost = lost + 1 end      -- it was there still
     for i = 1, 300 do

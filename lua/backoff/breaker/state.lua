@@ -45,6 +45,36 @@ local function epoch_after(self, e, now)
   return store.next_epoch(self.dict, self.nk, e, now, self.name)
 end
 
+-- The longest open interval the policy can draw (the most of one replay
+-- of MAX_REPLAY openings, twice over for its jitter, and never above
+-- its max_delay): an open record asking for more was not written here.
+function S.longest(self)
+  local b, most = self.draws, 0
+  b:reset(0)
+  for _ = 1, MAX_REPLAY do
+    local x = b:failure(0)
+    if x == nil then break end
+    if x > most then most = x end
+  end
+  most = 2 * most
+  local cap = b:config().max_delay
+  if cap and cap > 0 and cap < most then most = cap end
+  return most
+end
+
+-- an open record this breaker can have written: opened no later than
+-- now (plus a second for clocks read at different times), for no longer
+-- than its policy can draw
+-- (the longest worked out on the first open record read, not at start)
+local function plausible(self, rec)
+  local longest = self.longest
+  if not longest then
+    longest = S.longest(self)
+    self.longest = longest
+  end
+  return rec.t <= self:_now() + 1 and rec.d <= longest
+end
+
 -- The state now: CLOSED, epoch (nil when missing) | OPEN, rec.  A
 -- value this module cannot have written is logged and deleted: closed.
 local function read(self)
@@ -53,6 +83,7 @@ local function read(self)
   if store.is_epoch(v) then return CLOSED, v end
   if v == self.raw then return OPEN, self.rec end
   local rec = store.decode(v)
+  if rec ~= nil and not plausible(self, rec) then rec = nil end
   if rec == nil then
     store.corrupt(self.dict, self.sk, v, self.name)
     return CLOSED, nil
@@ -165,9 +196,16 @@ end
 -- is then recorded as an attempt without a ticket (it counts if the
 -- breaker is closed by now, and is ignored while it is open).
 local function probe_outcome(self, rec, good)
-  local r = store.incr(self.dict, self.pre .. "c" .. rec.etext,
-                       good and 1 or BIG, self.c_ttl, self.name)
+  local key = self.pre .. "c" .. rec.etext
+  local r = store.incr(self.dict, key, good and 1 or BIG, self.c_ttl,
+                       self.name)
   if r == nil then return true end
+  -- what the probes can add up to: fewer than 2^16 failures, and no
+  -- count below 1
+  if not (r >= 1 and r < BIG * 2 ^ 16 and r % 1 == 0) then
+    store.corrupt(self.dict, key, r, self.name)
+    return true
+  end
   if good then
     if r == self.probes then close(self, rec) return true end
     return r < self.probes
@@ -179,9 +217,26 @@ local function probe_outcome(self, rec, good)
   return false
 end
 
+-- Is probe slot `slot` held?  A slot holds a probe's token (a worker
+-- and a number) for at most probe_timeout; anything else there (another
+-- writer's value, one set without an expiry or for longer) would hold
+-- the slot for ever: logged, deleted, free.
+local function slot_taken(self, slot)
+  local dict = self.dict
+  local v = dict:get(slot)
+  if v == nil then return false end
+  local ok = type(v) == "string" and v:match("^%w+:%d+$") ~= nil
+  if ok and dict.ttl then
+    local t = dict:ttl(slot)
+    ok = t == nil or (t > 0 and t <= self.probe_timeout + 1)
+  end
+  if ok then return true end
+  store.corrupt(dict, slot, v, self.name)
+  return false
+end
 
 S.read, S.closed_epoch, S.epoch_after = read, closed_epoch, epoch_after
-S.changed, S.refused, S.trip, S.probe_outcome =
-  changed, refused, trip, probe_outcome
+S.changed, S.refused, S.trip, S.probe_outcome, S.slot_taken =
+  changed, refused, trip, probe_outcome, slot_taken
 
 return S

@@ -43,6 +43,12 @@ local function consecutive(br, ok)
     return nil
   end
   local r = store.incr(dict, key, 1, T.KEEP, br.name)
+  -- a streak is 1 to 2^31 failures (a count below, above or between is
+  -- another writer's)
+  if r ~= nil and not (r >= 1 and r <= 2 ^ 31 and r % 1 == 0) then
+    store.corrupt(dict, key, r, br.name)
+    return nil
+  end
   -- a streak's first failure: its hour starts now (set: a failure of
   -- another worker counted in between is lost, which can only delay a
   -- trip by one)
@@ -60,7 +66,8 @@ local function sums(br, et, b)
     local key = w .. store.etext(j)
     local v = dict:get(key)
     if v ~= nil then
-      if type(v) == "number" and v >= 0 and v == floor(v) then
+      if type(v) == "number" and v >= 0 and v < FAIL * FAIL
+         and v == floor(v) then
         local f = floor(v / FAIL)
         calls, fails = calls + (v - f * FAIL), fails + f
       else
@@ -70,7 +77,8 @@ local function sums(br, et, b)
     if br.slow_ratio then
       key = l .. store.etext(j)
       v = dict:get(key)
-      if type(v) == "number" and v >= 0 then slows = slows + v
+      if type(v) == "number" and v >= 0 and v < FAIL and v == floor(v)
+      then slows = slows + v
       elseif v ~= nil then store.corrupt(dict, key, v, br.name) end
     end
   end

@@ -31,9 +31,9 @@
 -- could race with a count (no tumbling window).
 
 local util = require "backoff.util"
+local base = require "backoff.store"
 
-local floor, pairs, rawget, setmetatable, tonumber, type =
-      math.floor, pairs, rawget, setmetatable, tonumber, type
+local floor, tonumber, type = math.floor, tonumber, type
 local format = string.format
 local huge = math.huge
 
@@ -41,78 +41,9 @@ local S = {}
 
 S.CLOSED, S.OPEN = "closed", "open"
 
-------------------------------------------------------------------------
--- the in-process dict (per object: outside nginx, or shared = false):
--- the same calls and answers as an ngx.shared dict, expiry by the
--- breaker's clock.  Expired keys are swept every SWEEP writes with an
--- expiry, so old epochs' keys do not pile up.
-
-local SWEEP = 256
-
-local Mini = {}
-Mini.__index = Mini
-
-local function live(self, key)
-  local e = self.exp[key]
-  if e ~= nil and self.clock() >= e then
-    self.data[key], self.exp[key] = nil, nil
-  end
-  return self.data[key]
-end
-
-local function expire_at(self, key, ttl)
-  if ttl and ttl > 0 then
-    self.exp[key] = self.clock() + ttl
-    self.writes = self.writes + 1
-    if self.writes >= SWEEP then
-      self.writes = 0
-      local now = self.clock()
-      for k, e in pairs(self.exp) do
-        if now >= e then self.data[k], self.exp[k] = nil, nil end
-      end
-    end
-  else
-    self.exp[key] = nil
-  end
-end
-
-function Mini:get(key) return live(self, key) end
-
-function Mini:set(key, value, ttl)
-  self.data[key] = value
-  expire_at(self, key, ttl)
-  return true
-end
-
-function Mini:add(key, value, ttl)
-  if live(self, key) ~= nil then return false, "exists" end
-  return self:set(key, value, ttl)
-end
-
-function Mini:incr(key, n, init, ttl)
-  local v = live(self, key)
-  if v == nil then
-    if init == nil then return nil, "not found" end
-    v = init
-    expire_at(self, key, ttl)
-  elseif type(v) ~= "number" then
-    return nil, "not a number"
-  end
-  v = v + n
-  self.data[key] = v
-  return v
-end
-
-function Mini:delete(key)
-  self.data[key], self.exp[key] = nil, nil
-  return true
-end
-
---- store.mini(clock) -> an in-process dict expiring keys by clock
-function S.mini(clock)
-  return setmetatable({ data = {}, exp = {}, writes = 0, clock = clock },
-                      Mini)
-end
+--- store.mini(clock) -> an in-process dict expiring keys by clock (the
+-- store's: outside nginx, or shared = false)
+function S.mini(clock) return base.dict(nil, clock) end
 
 ------------------------------------------------------------------------
 -- the state record
@@ -179,28 +110,22 @@ function S.decode(v)
 end
 
 ------------------------------------------------------------------------
--- the error log (inside nginx; nothing outside it)
+-- the error log, and values this module did not write (the store's rule)
 
-function S.log(level, ...)
-  local ngx = rawget(_G, "ngx")
-  if type(ngx) ~= "table" or type(ngx.log) ~= "function" then return end
-  ngx.log(ngx[level] or ngx.WARN, ...)
-end
+S.log = base.log
 
 --- store.corrupt(dict, key, v, name): a value this module did not
 -- write: logged and deleted (the next read finds the key missing)
 function S.corrupt(dict, key, v, name)
-  S.log("WARN", "backoff.breaker ", util.repr(name), ": corrupt value ",
-        util.repr(v), " under key ", util.repr(key),
-        ": deleted (a missing state is closed)")
-  dict:delete(key)
+  base.foreign(dict, key, v, "backoff.breaker " .. util.repr(name),
+               "a missing state is closed")
 end
 
 --- store.incr(dict, key, n, ttl, name [, init]) -> the value after, or
 -- nil: a counter (init: 0, expiring after ttl); a value that is not a
 -- number is corrupt (deleted); a dict error (full) is logged
 function S.incr(dict, key, n, ttl, name, init)
-  local r, err = util.incr(dict, key, n, init or 0, ttl)
+  local r, err = base.incr(dict, key, n, init or 0, ttl)
   if r == nil then
     if err == "not a number" then
       S.corrupt(dict, key, dict:get(key), name)

@@ -9,7 +9,7 @@
 -- * self checks: calling 'withdraw' on bad self (backoff.budget.grpc
 --   expected, got table)
 -- * the shared counter: an integer in an ngx.shared dict changed by
---   dict:incr only, through util.incr, which warns when a full dict
+--   dict:incr only, through store.incr, which warns when a full dict
 --   evicted other keys (see the interleaving notes in doc/budget.md),
 --   with the checks that treat a foreign value as corrupt;
 -- * the mini dict: the same calls on a table of this Lua state, for the

@@ -363,6 +363,14 @@ local function options(ctor, opts)
   return f(opts)
 end
 
+-- the reserve's window: its slices beside the counter (shared) or in
+-- this Lua state
+local function reserve_window(self, o)
+  self.win = window.new { who = self.ctor, span = o.span, slices = SLICES,
+    clock = self.clock, dict = self.shared and self.dict or nil,
+    prefix = self.dkey .. ":", lo = 0, hi = slices.MAX, cache = true }
+end
+
 -- earned(opts) -> the budget; opts: capacity (8), cost (1), earn (6),
 -- window (200), throttle_cost (capacity + 1), timeout_cost (6),
 -- per_request (0.08), per_failure (2), per_recovery (5), span (10),
@@ -399,11 +407,7 @@ local function new(opts, ctor)
   else
     self.dict, self.dkey = store.dict(), "tokens"
   end
-  if self.len then
-    self.win = window.new { who = ctor, span = o.span, slices = SLICES,
-      clock = self.clock, dict = self.shared and self.dict or nil,
-      prefix = self.dkey .. ":", lo = 0, hi = slices.MAX, cache = true }
-  end
+  if self.len then reserve_window(self, o) end
   return setmetatable(self, Earned)
 end
 
