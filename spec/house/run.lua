@@ -10,7 +10,11 @@
 --   3. no require circle among lua/**/*.lua (a require inside a function
 --      counts; comments do not);
 --   4. no file over 500 lines in csrc/ or lua/;
---   5. no Lua function above cyclomatic complexity 15 (luacheck's W561).
+--   5. no Lua function above cyclomatic complexity 15 (luacheck's W561);
+--   6. the floors: every Lua module has a floor in the ```floors block of
+--      CONTRIBUTING.md (the layers, declared once: the map people read is
+--      the table this test reads), and requires no module on a floor
+--      above its own.
 --
 -- Every check first runs on the fixture trees of spec/house/fixtures/
 -- (and on two trees written here: 500 and 501 lines), where it must
@@ -286,6 +290,69 @@ function check.lua_requires(tree)
   return circles(graph), #list
 end
 
+-- the floors declared in tree/CONTRIBUTING.md: a ```floors block of
+-- lines "N  name[,name...]  what they are", a name being a module or
+-- "prefix.*" (every module under prefix); lines that start with a space
+-- go on describing the line before.  -> { name -> N }, { prefix -> N }
+local function floors_of(tree)
+  local text = read(tree .. "/CONTRIBUTING.md")
+  local block = text:match("\n```floors\n(.-)\n```")
+  assert(block, tree .. "/CONTRIBUTING.md has no ```floors block")
+  local exact, prefix = {}, {}
+  for line in block:gmatch("[^\n]+") do
+    local n, names = line:match("^(%d+)%s+(%S+)")
+    if n then
+      for name in names:gmatch("[^,]+") do
+        local p = name:match("^(.*)%.%*$")
+        if p then prefix[p] = tonumber(n) else exact[name] = tonumber(n) end
+      end
+    end
+  end
+  return exact, prefix
+end
+
+-- a module's floor: its own line, else the longest "prefix.*" over it
+local function floor_of(m, exact, prefix)
+  if exact[m] then return exact[m] end
+  local best, at
+  for p, n in pairs(prefix) do
+    if m:sub(1, #p + 1) == p .. "." and (not best or #p > #best) then
+      best, at = p, n
+    end
+  end
+  return at
+end
+
+-- 6. no require reaches up a floor, and every module has one
+function check.lua_floors(tree)
+  local exact, prefix = floors_of(tree)
+  local list = files(tree .. "/lua", "%.lua$")
+  local file_of = {}
+  for _, f in ipairs(list) do
+    local name = f:gsub("/init%.lua$", ""):gsub("%.lua$", ""):gsub("/", ".")
+    file_of[name] = "lua/" .. f
+  end
+  local problems = {}
+  for name, file in pairs(file_of) do
+    local mine = floor_of(name, exact, prefix)
+    if not mine then
+      problems[#problems + 1] = file .. ": module " .. name
+        .. " has no floor in CONTRIBUTING.md"
+    else
+      for m in pairs(requires(read(tree .. "/" .. file))) do
+        local theirs = file_of[m] and floor_of(m, exact, prefix)
+        if theirs and theirs > mine then
+          problems[#problems + 1] = ("%s: %s (floor %d) requires %s "
+            .. "(floor %d), a floor above it"):format(file, name, mine, m,
+            theirs)
+        end
+      end
+    end
+  end
+  table.sort(problems)
+  return problems, #list
+end
+
 local function count_lines(s)
   local _, n = s:gsub("\n", "")
   if #s > 0 and s:sub(-1) ~= "\n" then n = n + 1 end
@@ -373,7 +440,7 @@ end
 
 -- the clean fixture passes every check (each check can pass)
 for _, name in ipairs({ "c_calls", "c_includes", "lua_requires",
-                        "long_files", "complexity" }) do
+                        "lua_floors", "long_files", "complexity" }) do
   local problems, err = try(name, FIXTURES .. "/clean")
   tap(problems and #problems == 0,
     "fixture clean/: " .. name .. " finds nothing",
@@ -393,6 +460,10 @@ catches("lua_requires", "lua-circle",
   .. "pkg/a.lua requires pkg.b; pkg/b.lua requires pkg)",
   "fixture lua-circle/: the require circle closed inside a function is "
   .. "caught (pkg is pkg/init.lua)")
+catches("lua_floors", "upward",
+  "lua/pkg/low.lua: pkg.low (floor 0) requires pkg.top (floor 2), a floor "
+  .. "above it", "fixture upward/: a require of a module on a higher floor "
+  .. "(no circle) is caught")
 catches("complexity", "complex", "lua/complex.lua:4 M.count 16",
   "fixture complex/: a function of complexity 16 is caught")
 
@@ -422,6 +493,8 @@ local rules = {
   { "c_calls", "no call circle among csrc/*.c (object files' symbols)" },
   { "c_includes", "no #include circle among csrc/*.c and *.h" },
   { "lua_requires", "no require circle among lua/**/*.lua" },
+  { "lua_floors", "every Lua module on a floor of CONTRIBUTING.md, and no "
+    .. "require of a module on a floor above" },
   { "long_files", "no file over " .. MAX_LINES .. " lines in csrc/ or lua/" },
   { "complexity", "no Lua function above cyclomatic complexity "
     .. MAX_COMPLEXITY .. " (file:line function complexity)" },
