@@ -127,7 +127,7 @@ describe("backoff.balancer", function()
         balancer(backoff.retry_timeouts { max_attempts = 0 })
       end, "the policy needs max_attempts", nil, true)
       assert.equal(0, calls.more)
-      assert.is_nil(fake.ctx.backoff_balancer)
+      assert.is_nil(fake.ctx["backoff:balancer"])
     end)
 
     it("refuses a deadline without per-try timeouts", function()
@@ -140,13 +140,13 @@ describe("backoff.balancer", function()
 
     it("refuses a bad policy by argument", function()
       assert.error_matches(function() balancer(nil) end,
-        "bad argument #1 to 'balancer' (backoff object expected, got nil)",
-        nil, true)
+        "backoff.balancer: argument 'policy' must be a backoff object "
+        .. "(got nil)", nil, true)
       assert.error_matches(function() balancer(io.stdout) end,
-        "bad argument #1 to 'balancer' (backoff object expected, got "
-        .. "userdata)", nil, true)
+        "backoff.balancer: argument 'policy' must be a backoff object "
+        .. "(got userdata)", nil, true)
       assert.error_matches(function() balancer({}) end,
-        "backoff object expected, got table", nil, true)
+        "must be a backoff object (got table)", nil, true)
     end)
   end)
 
@@ -546,9 +546,9 @@ describe("backoff.balancer", function()
 
   it("keeps separate states under separate ctx keys", function()
     local p = backoff.constant { delay = 0, max_attempts = 2 }
-    assert.same({ true, 1, nil, 0 }, { balancer(p, { ctx_key = "a" }) })
-    assert.same({ true, 1, nil, 0 }, { balancer(p, { ctx_key = "b" }) })
-    assert.same({ true, 2, nil, 0 }, { balancer(p, { ctx_key = "a" }) })
+    assert.same({ true, 1, nil, 0 }, { balancer(p, { key = "a" }) })
+    assert.same({ true, 1, nil, 0 }, { balancer(p, { key = "b" }) })
+    assert.same({ true, 2, nil, 0 }, { balancer(p, { key = "a" }) })
   end)
 
   it("refuses bad options by name, before anything is started", function()
@@ -565,8 +565,8 @@ describe("backoff.balancer", function()
         "without a record or deposit method" },
       { { budget = { withdraw = print, record = print, allows = 1 } },
         "table whose allows is a number, not a method" },
-      { { ctx_key = 1 }, "option 'ctx_key' must be a non-empty string" },
-      { { ctx_key = "" }, "option 'ctx_key' must be a non-empty string" },
+      { { key = 1 }, "option 'key' must be a non-empty string" },
+      { { key = "" }, "option 'key' must be a non-empty string" },
       { { timeouts = 1 }, "option 'timeouts' must be a table" },
       { { timeouts = { connect = 0 } },
         "a factor > 0 or false (got 'connect' = 0)" },
@@ -593,7 +593,7 @@ describe("backoff.balancer", function()
       assert.matches(":" .. line .. ": backoff.balancer: ", err, 1, true)
       fake.phase = "balancer"
     end
-    assert.is_nil(fake.ctx.backoff_balancer)  -- none started
+    assert.is_nil(fake.ctx["backoff:balancer"])  -- none started
     assert.equal(0, calls.more)
     log_phase(200)
     assert.error_matches(function() balancer.done(nil, "yes") end,

@@ -299,7 +299,7 @@ end)
 describe("budget.ratio's window", function()
   it("expires requests and retries after ttl", function()
     local w = world()
-    local b = budget.ratio { ttl = 10, percent = 50, min_per_second = 0,
+    local b = budget.ratio { window = 10, percent = 50, min_per_second = 0,
                              clock = w.clock }
     for _ = 1, 10 do b:record(true, 1) end        -- 10 requests
     assert.equal(5, b:tokens())                   -- 50% of them
@@ -316,7 +316,7 @@ describe("budget.ratio's window", function()
 
   it("keeps a reserve of min_per_second x ttl retries", function()
     local w = world()
-    local b = budget.ratio { ttl = 2, percent = 0, min_per_second = 3,
+    local b = budget.ratio { window = 2, percent = 0, min_per_second = 3,
                              clock = w.clock }
     assert.equal(6, b:tokens())
     for _ = 1, 6 do assert.is_true(b:withdraw()) end
@@ -331,7 +331,7 @@ describe("budget.ratio's window", function()
     local w = world()
     local dict = new_dict()
     dict.now = w.clock
-    local b = budget.ratio { ttl = 10, percent = 100, min_per_second = 0,
+    local b = budget.ratio { window = 10, percent = 100, min_per_second = 0,
                              clock = w.clock, shared = dict }
     for _ = 1, 4 do b:record(true, 1) end
     assert.is_true(dict:count() > 0)
@@ -353,7 +353,7 @@ describe("budget.ratio's window", function()
       assert.equal(0, none:deposit(2 ^ 53))
       assert.equal(0, none:deposit())
       assert.is_false(none:withdraw())
-      local b = budget.ratio { ttl = 10, percent = 50, min_per_second = 0,
+      local b = budget.ratio { window = 10, percent = 50, min_per_second = 0,
                                clock = w.clock, shared = dict,
                                key = dict and "b" or nil }
       for _ = 1, 4 do b:record(true, 1) end       -- 2 retries
@@ -373,7 +373,7 @@ describe("budget.ratio's window", function()
 
   it("treats a clock that goes back as no time passed", function()
     local w = world()
-    local b = budget.ratio { ttl = 10, percent = 100, min_per_second = 0,
+    local b = budget.ratio { window = 10, percent = 100, min_per_second = 0,
                              clock = w.clock }
     b:record(true, 1)
     w.t = w.t - 100

@@ -260,7 +260,7 @@ for _, w in ipairs(both(budget.ratio)) do
     it("allows the same retries as the rule, over time", function()
       -- whole slices of time: the model and the window agree exactly
       local now = 0
-      local b = w[2] { ttl = 10, percent = 20, min_per_second = 1,
+      local b = w[2] { window = 10, percent = 20, min_per_second = 1,
                        clock = function() return now end }
       local m = finagle_model(10, 20, 1)
       local rand = lcg(5)

@@ -27,7 +27,7 @@ local CASES = {
       capacity = { NAN, INF, -1, 1.5, 2 ^ 31, "8" },
       cost = { NAN, -1, 0.25, "1" },
       earn = { NAN, INF, -0.5, 1001, "6" },
-      window = { NAN, INF, 0, 0.5, -3, 2 ^ 21, "200" },
+      memory = { NAN, INF, 0, 0.5, -3, 2 ^ 21, "200" },
       throttle_cost = { NAN, INF, -1, 1.5, "9" },
       timeout_cost = { NAN, INF, -1, 1.5, "6", true },
       per_request = { NAN, INF, -INF, -0.01, 1001, "0.08", true },
@@ -36,7 +36,7 @@ local CASES = {
       span = { NAN, INF, -1, 2.5, 3601, "10" },
       clock = { 5, "now", {}, true } } },
   { ctor = budget.ratio, name = "backoff.budget.ratio", opts = {
-      ttl = { NAN, INF, 0, 0.5, 61, -10, "10" },
+      window = { NAN, INF, 0, 0.5, 61, -10, "10" },
       percent = { NAN, INF, -1, 0.001, 100001, "20" },
       min_per_second = { NAN, INF, -1, 2 ^ 21, "10" },
       clock = { 5, "now", {}, true } } },

@@ -283,7 +283,7 @@ describe("shared ratio under interleavings", function()
       local dict = new_dict()
       local objs, req, ret = {}, 0, 0
       for w = 1, 3 do
-        objs[w] = budget.ratio { shared = dict, ttl = 10, percent = 50,
+        objs[w] = budget.ratio { shared = dict, window = 10, percent = 50,
           min_per_second = 0.2, clock = function() return 100 end }
       end
       interleave(seed, dict, 3, function(w, rand)

@@ -112,7 +112,7 @@ for _, where in ipairs { "in-process", "shared" } do
       assert.equal(8, b:capacity())
       assert.equal(1, b:cost())
       assert.equal(6, b:earn())
-      assert.equal(200, b:window())
+      assert.equal(200, b:memory())
       assert.equal(9, b:throttle_cost())
       assert.equal(6, b:timeout_cost())
       assert.equal(0.08, b:per_request())

@@ -57,9 +57,9 @@ describe("backoff.breaker", function()
     local w = world()
     local br = breaker { clock = w.clock }
     assert.equal("closed", (br:state()))
-    assert.matches("^backoff%.breaker: 'breaker' %(this process%)$",
+    assert.matches("^backoff%.breaker: 'backoff:breaker' %(this process%)$",
                    tostring(br))
-    assert.equal("breaker", br:key())
+    assert.equal("backoff:breaker", br:key())
     assert.equal("api", make(w):key())
   end)
 

@@ -216,12 +216,12 @@ describe("hostile input", function()
       fake.phase = "balancer"
       sweep("balancer(policy)", function(v) fake.ctx = {}
         return balancer(v) end,
-        { "bad argument #1 to 'balancer'" })
+        { "backoff.balancer: argument 'policy' must be" })
       sweep("balancer(p, opts)", function(v) fake.ctx = {}
         return balancer(p, v) end,
         { "backoff.balancer: options must be a table",
           "backoff.balancer: unknown option" })
-      for _, key in ipairs { "budget", "ctx_key", "timeouts", "metrics",
+      for _, key in ipairs { "budget", "key", "timeouts", "metrics",
                              "min_attempt_time" } do
         sweep("balancer option " .. key, function(v)
           fake.ctx = {}

@@ -384,7 +384,7 @@ describe("backoff.hedge", function()
         -- given back, the first copy's success is)
         local n = 100
         local cases = {
-          { budget.ratio { percent = 10, min_per_second = 0, ttl = 60,
+          { budget.ratio { percent = 10, min_per_second = 0, window = 60,
                            clock = fake.clock, shared = false }, n / 10,
             "ratio" },
           { budget.token_bucket { capacity = 10, cost = 5, refund = 1,

@@ -62,7 +62,7 @@ local error, max, min, rawget, setmetatable, tostring, type =
 
 local WHO = "backoff.balancer"
 local DOOR = { who = WHO, waits = false, left_timeout = true }
-local DEFAULT_KEY = "backoff_balancer"
+local DEFAULT_KEY = "backoff:balancer"
 local nb          -- ngx.balancer, loaded on first use
 
 local check_opts = check.validator(WHO, {
@@ -70,16 +70,16 @@ local check_opts = check.validator(WHO, {
   metrics = setup.RULES.metrics,
   min_attempt_time = setup.RULES.min_attempt_time,
   timeouts = setup.timeouts_rule(),
-  ctx_key = check.string{},
+  key = check.string{},
 })
+check.RENAMED[WHO] = { ctx_key = "key" }
 
 -- the policy's limits, checked once per template
 local checked = setmetatable({}, { __mode = "k" })
 
 local function policy_facts(policy)
   if not util.is_backoff(policy) then
-    check.raise("bad argument #1 to 'balancer' (backoff object expected, "
-                .. "got " .. type(policy) .. ")")
+    setup.bad_policy(WHO, policy)
   end
   local f = setup.facts(policy)
   if checked[policy] then return f end
@@ -162,7 +162,7 @@ local function balancer(policy, opts)
   opts = check_opts(opts) or none
   local ngx = phase.need(WHO, "balancer", "balancer_by_lua*")
   nb = nb or require "ngx.balancer"
-  local ctx, key = ngx.ctx, rawget(opts, "ctx_key") or DEFAULT_KEY
+  local ctx, key = ngx.ctx, rawget(opts, "key") or DEFAULT_KEY
   local st = ctx[key]
   local delay = 0
   if st == nil then
@@ -228,7 +228,7 @@ function M.done(opts, ok)
   end
   opts = opts or none
   local ngx = phase.need("backoff.balancer.done", "log", "log_by_lua*")
-  local st = ngx.ctx[rawget(opts, "ctx_key") or DEFAULT_KEY]
+  local st = ngx.ctx[rawget(opts, "key") or DEFAULT_KEY]
   if st == nil or st.done then return end
   st.done = true
   if st.reason and ngx.status == 500 then warn_500(ngx) end

@@ -324,7 +324,7 @@ local function new(opts)
   if not (o.failures or o.failure_ratio or o.slow_call_duration) then
     o.failures, o.failure_ratio = REC.failures, REC.failure_ratio
   end
-  local key = o.key or "breaker"
+  local key = o.key or "backoff:breaker"
   local self = setmetatable({
     name = key, pre = key .. "|", sk = key .. "|s", nk = key .. "|n",
     shared = o.shared or nil,

@@ -200,6 +200,20 @@ local function refuse(ctor, k, r, v)
   M.fail(ctor, k, r.text, v)
 end
 
+-- options renamed before 1.0: ctor -> { old name -> new name }, so that
+-- the old name is refused with the new one (CHANGELOG.md lists them)
+M.RENAMED = {}
+
+local function unknown(ctor, k)
+  local r = M.RENAMED[ctor]
+  local new = r and r[k]
+  if new then
+    raise(("%s: unknown option %s (renamed '%s' in 0.3.0)"):format(ctor,
+          repr(k), new))
+  end
+  raise(ctor .. ": unknown option " .. repr(k))
+end
+
 local function not_table(ctor, opts)
   raise(("%s: options must be a table (got %s)"):format(ctor, type(opts)))
 end
@@ -215,7 +229,7 @@ function M.validator(ctor, rules)
     if type(opts) ~= "table" then not_table(ctor, opts) end
     for k, v in next, opts do
       local r = rules[k]
-      if not r then raise(ctor .. ": unknown option " .. repr(k)) end
+      if not r then unknown(ctor, k) end
       if not r.test(v) then refuse(ctor, k, r, v) end
     end
     if getmetatable(opts) == nil then return opts end
@@ -242,7 +256,7 @@ function M.options(ctor, rules, extra)
       elseif extra and extra[k] then
         out[k] = v
       else
-        raise(ctor .. ": unknown option " .. repr(k))
+        unknown(ctor, k)
       end
     end
     for k, r in pairs(rules) do

@@ -307,17 +307,33 @@ end
 
 local options = check.options("backoff.metrics.new", {
   shared = check.shared("counts", "/metrics shows one worker at a time"),
+  key = check.custom(("a name: 1 to %d bytes of UTF-8 without control "
+    .. "characters"):format(MAX_NAME), function(v)
+      return type(v) == "string" and #v > 0 and #v <= MAX_NAME
+        and clean_utf8(v)
+    end),
 })
 
---- metrics.new(name [, opts]) -> a recorder for `name`.  opts.shared: a
--- lua_shared_dict (required inside nginx), or false for counts kept
--- by this Lua state alone.
+--- metrics.new(opts) or metrics.new(name [, opts]) -> a recorder for a
+-- name (opts.key, as every shared object names itself, or the first
+-- argument).  opts.shared: a lua_shared_dict (required inside nginx),
+-- or false for counts kept by this Lua state alone.
 function M.new(name, opts)
-  if type(name) ~= "string" or #name == 0 or #name > MAX_NAME
+  if type(name) == "table" and opts == nil then
+    opts = name
+    name = rawget(opts, "key")
+    if name == nil then
+      check.raise("backoff.metrics.new: option 'key' must be "
+        .. "a name (got nil)")
+    end
+  elseif type(name) ~= "string" or #name == 0 or #name > MAX_NAME
      or not clean_utf8(name) then
     error("bad argument #1 to 'new' (a name expected: 1 to " .. MAX_NAME
           .. " bytes of UTF-8 without control characters; got "
           .. repr(name) .. ")", 2)
+  elseif type(opts) == "table" and rawget(opts, "key") ~= nil then
+    check.raise("backoff.metrics.new: give the name once: as option "
+      .. "'key' or as the first argument, not both")
   end
   local dict = options(opts).shared or nil     -- false: this Lua state
   local keys = { giveups = {} }

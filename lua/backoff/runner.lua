@@ -82,7 +82,7 @@ end
 -- Everything about the arguments that the fast path does not settle:
 -- the policy first (backoff.retry(fn) forgot it), then fn and ropts.
 local function arguments(method, policy, fn, ropts)
-  if method and not is_backoff(policy) then
+  if method and not is_backoff(policy) then    -- a bad self, as in C
     raise("bad argument #1 to 'retry' (backoff.Backoff expected, got "
           .. type(policy) .. ")")
   end

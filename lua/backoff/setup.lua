@@ -48,10 +48,13 @@ local function hint_rule()
   return r
 end
 
--- the runner's options; a door adds its own (check.options merges)
+-- the runner's options; a door adds its own (check.options merges).
+-- retry_after is server_hint's first name, and API.md's (section 9):
+-- both stay
+
 E.RULES = {
   sleep = check.fn{}, retry_on = check.fn{},
-  server_hint = hint_rule(), retry_after = hint_rule(), -- its 0.1 name
+  server_hint = hint_rule(), retry_after = hint_rule(),
   on_retry = check.fn{}, on_success = check.fn{}, on_giveup = check.fn{},
   retry_cost = check.fn{},
   budget = budget_rule(),
@@ -137,16 +140,23 @@ function E.known(policy)
   return facts_cache[policy]
 end
 
+--- E.bad_policy(who, v [, tables [, usage]]): raises the one message for
+-- a policy that is none, naming the function the caller called (who):
+-- "<who>: argument 'policy' must be a backoff object[ or an options
+-- table] (got <type>)<usage>"
+function E.bad_policy(who, v, tables, usage)
+  raise(("%s: argument 'policy' must be a backoff object%s (got %s)%s")
+    :format(who, tables and " or an options table" or "", type(v),
+            usage or ""))
+end
+
 --- E.policy(who, policy [, usage]) -> f [, b]: the facts of a backoff
 -- object, or of an options table with a `strategy` field and the object
 -- built from it now; raises at the caller for anything else (with the
 -- door's usage line)
 function E.policy(who, policy, usage)
   if util.is_backoff(policy) then return E.facts(policy) end
-  if type(policy) ~= "table" then
-    raise(("%s: argument 'policy' must be a backoff object or an options "
-      .. "table (got %s)%s"):format(who, type(policy), usage or ""))
-  end
+  if type(policy) ~= "table" then E.bad_policy(who, policy, true, usage) end
   if type(rawget(policy, "strategy")) ~= "string" then
     raise(who .. ": policy table needs a 'strategy' field")
   end

@@ -22,7 +22,7 @@
 --     requests from retrying rather than cutting off the ones on their
 --     way to the next up spell);
 --   * a success earns earn x s tokens (6 x s), s the success share of
---     the recent attempts: a moving average over about `window` (200)
+--     the recent attempts: a moving average over about `memory` (200)
 --     attempts, before this one, starting at 1.
 -- A retry after an overload answer (429, 503 with Retry-After) is
 -- withdrawn at throttle_cost() (capacity + 1: never made, no
@@ -300,7 +300,7 @@ C.getter(Earned, "capacity", "capacity_")
 C.getter(Earned, "cost", "cost_")
 C.getter(Earned, "throttle_cost", "throttle_")
 C.getter(Earned, "timeout_cost", "timeout_")
-C.getter(Earned, "window", "window_")
+C.getter(Earned, "memory", "memory_")
 C.getter(Earned, "span", "span_")
 C.getter(Earned, "dict_key", "dkey")
 
@@ -339,7 +339,7 @@ local RULES = {
   capacity = rule.count{ default = 8, max = 2 ^ 30, max_text = "2^30" },
   cost = rule.count{ default = 1 },
   earn = rule.number{ default = 6, min = 0, max = 1000 },
-  window = rule.number{ default = 200, min = 1, max = 2 ^ 20,
+  memory = rule.number{ default = 200, min = 1, max = 2 ^ 20,
                          max_text = "2^20" },
   throttle_cost = rule.count{},
   timeout_cost = rule.count{ default = 6 },
@@ -357,6 +357,7 @@ local checkers = {}
 local function options(ctor, opts)
   local f = checkers[ctor]
   if f == nil then
+    rule.RENAMED[ctor] = { window = "memory" }
     f = rule.options(ctor, RULES, EXTRA)
     checkers[ctor] = f
   end
@@ -372,7 +373,7 @@ local function reserve_window(self, o)
 end
 
 -- earned(opts) -> the budget; opts: capacity (8), cost (1), earn (6),
--- window (200), throttle_cost (capacity + 1), timeout_cost (6),
+-- memory (200), throttle_cost (capacity + 1), timeout_cost (6),
 -- per_request (0.08), per_failure (2), per_recovery (5), span (10),
 -- clock (ngx.now in nginx, else backoff.now), shared, key
 local function new(opts, ctor)
@@ -387,7 +388,7 @@ local function new(opts, ctor)
   local self = {
     ctor = ctor, capacity_ = o.capacity, base = base, cap = base + lend,
     lend = lend, cost_ = o.cost, earn_ = floor(o.earn * 1000 + 0.5),
-    window_ = o.window, alpha = 1 / o.window, s = 1, skip = 0,
+    memory_ = o.memory, alpha = 1 / o.memory, s = 1, skip = 0,
     throttle_ = o.throttle_cost or o.capacity + 1,
     timeout_ = o.timeout_cost,
     span_ = o.span, ureq = floor(o.per_request * 1000 + 0.5),

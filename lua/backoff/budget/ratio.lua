@@ -4,11 +4,11 @@
 --
 -- The rule, as Finagle's TokenRetryBudget over a WindowedAdder: every
 -- request (a first attempt) deposits 1000 units and every retry
--- withdraws 1000 / (percent / 100) units; both expire after `ttl`
--- seconds (10 slices of ttl / 10); a retry is allowed when the
--- balance, the window's sum plus a reserve of min_per_second x ttl
--- retries, covers it.  So over any ttl at most percent% of the
--- requests plus min_per_second x ttl are retried.  percent = 0: no
+-- withdraws 1000 / (percent / 100) units; both expire after `window`
+-- seconds (10 slices of window / 10); a retry is allowed when the
+-- balance, the window's sum plus a reserve of min_per_second x window
+-- retries, covers it.  So over any window at most percent% of the
+-- requests plus min_per_second x window are retried.  percent = 0: no
 -- credit for requests, only the reserve.
 --
 -- Shared: deposits and withdrawals go to the current slice's key with
@@ -118,7 +118,7 @@ function Ratio:tokens()
   return floor(b / self.unit)
 end
 
-C.getter(Ratio, "ttl", "ttl_")
+C.getter(Ratio, "window", "window_")
 C.getter(Ratio, "percent", "percent_")
 C.getter(Ratio, "min_per_second", "min_")
 C.getter(Ratio, "dict_key", "dkey")
@@ -127,11 +127,12 @@ function Ratio:__tostring()
   check(self, "__tostring")
   return ("%s: %s%s%% of requests over %s s + %s/s"):format(CTOR,
     self.shared and ("shared " .. C.repr(self.dkey) .. ", ") or "",
-    C.num(self.percent_), C.num(self.ttl_), C.num(self.min_))
+    C.num(self.percent_), C.num(self.window_), C.num(self.min_))
 end
 
+rule.RENAMED[CTOR] = { ttl = "window" }
 local options = rule.options(CTOR, {
-  ttl = rule.number{ default = 10, min = 1, max = 60 },
+  window = rule.number{ default = 10, min = 1, max = 60 },
   percent = rule.custom("0 or a number >= 0.01 and <= 100000",
     function(v)
       return type(v) == "number" and (v == 0 or v >= 0.01 and v <= 100000)
@@ -142,7 +143,7 @@ local options = rule.options(CTOR, {
   shared = rule.shared("budget"),
 }, { key = true })
 
--- ratio(opts) -> the budget; opts: ttl (10), percent (20),
+-- ratio(opts) -> the budget; opts: window (10), percent (20),
 -- min_per_second (10), clock (backoff.now), shared, key
 local function new(opts)
   local o = options(opts)
@@ -151,19 +152,19 @@ local function new(opts)
   local dep = p == 0 and 0 or SCALE
   local unit = p == 0 and 1 or floor(SCALE * 100 / p)
   if unit < 1 then unit = 1 end
-  local reserve = floor(o.min_per_second * o.ttl * unit)
-  local self = { ttl_ = o.ttl, percent_ = p, min_ = o.min_per_second,
+  local reserve = floor(o.min_per_second * o.window * unit)
+  local self = { window_ = o.window, percent_ = p, min_ = o.min_per_second,
     dep = dep, unit = unit, reserve = reserve,
     most = 2 ^ 45 }                     -- units: far below the slices' 2^50
   local clock = o.clock or core.now
   if o.shared or o.key ~= nil then
     self.key, self.dkey = C.shared_key(CTOR, o, "r",
-      { o.ttl, p, o.min_per_second })
-    self.win = window.new { who = CTOR, span = o.ttl, slices = 10,
+      { o.window, p, o.min_per_second })
+    self.win = window.new { who = CTOR, span = o.window, slices = 10,
       clock = clock, dict = o.shared, prefix = self.dkey .. ":" }
     self.shared = true
   else
-    self.win = window.new { who = CTOR, span = o.ttl, slices = 10,
+    self.win = window.new { who = CTOR, span = o.window, slices = 10,
       clock = clock }
   end
   return setmetatable(self, Ratio)
