@@ -68,15 +68,22 @@ end
 
 ------------------------------------------------------------------------
 -- the dict of this Lua state: ngx.shared's calls and answers (get, set,
--- add, incr with init and init_ttl, delete, get_keys), keys expiring by
--- the object's clock.  Expired keys are swept every SWEEP writes with
--- an expiry, so old slices' keys do not pile up.  The values live in a
--- table of their own, so that no key meets a method's name.
+-- add, incr with init and init_ttl, delete, ttl, get_keys), keys
+-- expiring by the object's clock.  The values live in a table of their
+-- own, so that no key meets a method's name.  A dict starts plain: no
+-- key has an expiry and every value is a number, so every call is one
+-- table access (an in-process budget's calls cost what a table costs);
+-- the first write with a ttl or of another value makes it timed for
+-- good (its metatable changes), and from then on every read checks the
+-- expiry and incr the type.  Expired keys are swept every SWEEP
+-- writes with an expiry, so old slices' keys do not pile up.
 
 local SWEEP = 256
 
-local Local = {}
-Local.__index = Local
+local Timed = {}
+Timed.__index = Timed
+local Plain = {}
+Plain.__index = Plain
 
 local function live(self, key)
   local e = self.exp[key]
@@ -102,23 +109,21 @@ local function expire_at(self, key, ttl)
   end
 end
 
-function Local:get(key) return live(self, key) end
+function Timed:get(key) return live(self, key) end
 
-function Local:set(key, value, ttl)
+function Timed:set(key, value, ttl)
   self.data[key] = value
   expire_at(self, key, ttl)
   return true
 end
 
-function Local:add(key, value, ttl)
+function Timed:add(key, value, ttl)
   if live(self, key) ~= nil then return false, "exists" end
   return self:set(key, value, ttl)
 end
 
-function Local:incr(key, n, init, ttl)
-  local data = self.data
-  local v = data[key]
-  if v ~= nil and self.exp[key] ~= nil then v = live(self, key) end
+function Timed:incr(key, n, init, ttl)
+  local v = live(self, key)
   if v == nil then
     if init == nil then return nil, "not found" end
     v = init
@@ -127,23 +132,23 @@ function Local:incr(key, n, init, ttl)
     return nil, "not a number"
   end
   v = v + n
-  data[key] = v
+  self.data[key] = v
   return v
 end
 
-function Local:delete(key)
+function Timed:delete(key)
   self.data[key], self.exp[key] = nil, nil
   return true
 end
 
-function Local:ttl(key)
+function Timed:ttl(key)
   if live(self, key) == nil then return nil, "not found" end
   local e = self.exp[key]
   if e == nil then return 0 end
   return e - self.clock()
 end
 
-function Local:get_keys(max)
+function Timed:get_keys(max)
   local keys, n = {}, 0
   for k in next, self.data do
     if live(self, k) ~= nil then
@@ -155,6 +160,43 @@ function Local:get_keys(max)
   return keys
 end
 
+-- plain: the same answers while no key expires and every value is a
+-- number (so incr needs no type check)
+function Plain:get(key) return self.data[key] end
+
+function Plain:set(key, value, ttl)
+  if ttl and ttl > 0 or type(value) ~= "number" then
+    setmetatable(self, Timed)
+    return Timed.set(self, key, value, ttl)
+  end
+  self.data[key] = value
+  return true
+end
+
+function Plain:add(key, value, ttl)
+  if self.data[key] ~= nil then return false, "exists" end
+  return self:set(key, value, ttl)
+end
+
+function Plain:incr(key, n, init, ttl)
+  local data = self.data
+  local v = data[key]
+  if v == nil then
+    if init == nil then return nil, "not found" end
+    if ttl and ttl > 0 then
+      setmetatable(self, Timed)
+      return Timed.incr(self, key, n, init, ttl)
+    end
+    v = init
+  end
+  v = v + n
+  data[key] = v
+  return v
+end
+
+Plain.delete, Plain.ttl, Plain.get_keys = Timed.delete, Timed.ttl,
+  Timed.get_keys
+
 local function zero() return 0 end
 
 --- store.dict(shared, clock) -> shared when given (an ngx.shared dict),
@@ -163,12 +205,13 @@ local function zero() return 0 end
 function S.dict(shared, clock)
   if shared then return shared end
   return setmetatable({ data = {}, exp = {}, writes = 0,
-                        clock = clock or zero }, Local)
+                        clock = clock or zero }, Plain)
 end
 
 --- store.is_local(dict) -> dict is one of this Lua state
 function S.is_local(dict)
-  return type(dict) == "table" and getmetatable(dict) == Local
+  local mt = type(dict) == "table" and getmetatable(dict)
+  return mt == Plain or mt == Timed
 end
 
 ------------------------------------------------------------------------

@@ -184,38 +184,38 @@ function C.corrupt(dict, dkey, v)
   return store.foreign(dict, dkey, v, C.WHO, "a token count")
 end
 
--- incr of the counter at dkey: the counter after, or nil, err (a dict
--- error, or a value it cannot hold: deleted)
-local function step(dict, dkey, n, cap, init)
-  local r, err = incr(dict, dkey, n, init)
-  if not r then
-    if err == "not a number" then
-      return nil, C.corrupt(dict, dkey, dict:get(dkey))
-    end
-    return nil, err
+-- why an incr of the counter failed: a dict error, or a value that is
+-- not a number (another writer's: deleted)
+local function failed(dict, dkey, err)
+  if err == "not a number" then
+    return C.corrupt(dict, dkey, dict:get(dkey))
   end
-  if not counter_ok(r, cap) then return nil, C.corrupt(dict, dkey, r) end
-  return r
+  return err
 end
 
 -- Add n (0 <= n <= cap) to the counter at dkey (missing: init), then
 -- take back at once what went above cap.  Returns the counter after,
 -- or nil, err (dict error or corrupt value).
 function C.add(dict, dkey, n, cap, init)
-  local r, err = step(dict, dkey, n, cap, init)
-  if r and r > cap then
+  local r, err = incr(dict, dkey, n, init)
+  if not r then return nil, failed(dict, dkey, err) end
+  if not counter_ok(r, cap) then return nil, C.corrupt(dict, dkey, r) end
+  if r > cap then
     local e = r - cap
     if e > n then e = n end
-    r, err = step(dict, dkey, -e, cap, init)
+    r, err = incr(dict, dkey, -e, init)
+    if not r then return nil, failed(dict, dkey, err) end
+    if not counter_ok(r, cap) then return nil, C.corrupt(dict, dkey, r) end
   end
-  return r, err
+  return r
 end
 
 -- Take c (0 < c <= cap) if it leaves the counter >= floor_; else give
 -- it back (through add) and refuse.  Returns true, or false [, err].
 function C.take(dict, dkey, c, cap, init, floor_)
-  local r, err = step(dict, dkey, -c, cap, init)
-  if not r then return false, err end
+  local r, err = incr(dict, dkey, -c, init)
+  if not r then return false, failed(dict, dkey, err) end
+  if not counter_ok(r, cap) then return false, C.corrupt(dict, dkey, r) end
   if r >= floor_ then return true end
   r, err = C.add(dict, dkey, c, cap, init)     -- undo
   if not r then return false, err end
@@ -238,13 +238,17 @@ end
 -- incr(-n); if r < 0 then incr(min(n, -r)).  The counter after, or
 -- nil, err.
 function C.sub_floor(dict, dkey, n, cap, init)
-  local r, err = step(dict, dkey, -n, cap, init)
-  if r and r < 0 then
+  local r, err = incr(dict, dkey, -n, init)
+  if not r then return nil, failed(dict, dkey, err) end
+  if not counter_ok(r, cap) then return nil, C.corrupt(dict, dkey, r) end
+  if r < 0 then
     local e = -r
     if e > n then e = n end
-    r, err = step(dict, dkey, e, cap, init)
+    r, err = incr(dict, dkey, e, init)
+    if not r then return nil, failed(dict, dkey, err) end
+    if not counter_ok(r, cap) then return nil, C.corrupt(dict, dkey, r) end
   end
-  return r, err
+  return r
 end
 
 return C
