@@ -79,7 +79,7 @@ local checked = setmetatable({}, { __mode = "k" })
 local function policy_facts(policy)
   if not util.is_backoff(policy) then
     check.raise("bad argument #1 to 'balancer' (backoff object expected, "
-                .. "got " .. type(policy) .. ")")
+                .. "got " .. check.got(policy, true) .. ")")
   end
   local f = setup.facts(policy)
   if checked[policy] then return f end

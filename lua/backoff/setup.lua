@@ -24,7 +24,8 @@ local function budget_rule()
   r.fail = function(ctor, _, v)
     raise(ctor .. ": option 'budget' must be a budget (an object with "
           .. "withdraw, and record or deposit methods; got "
-          .. util.budget_problem(v) .. ")")
+          .. (type(v) == "function" and check.got(v)
+              or util.budget_problem(v)) .. ")")
   end
   return r
 end
@@ -145,7 +146,8 @@ function E.policy(who, policy, usage)
   if util.is_backoff(policy) then return E.facts(policy) end
   if type(policy) ~= "table" then
     raise(("%s: argument 'policy' must be a backoff object or an options "
-      .. "table (got %s)%s"):format(who, type(policy), usage or ""))
+      .. "table (got %s)%s"):format(who, check.got(policy, true),
+      usage or ""))
   end
   if type(rawget(policy, "strategy")) ~= "string" then
     raise(who .. ": policy table needs a 'strategy' field")
