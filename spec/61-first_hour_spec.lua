@@ -18,6 +18,58 @@ local function raised_here(f)
   return err
 end
 
+local nosleep = function() end
+
+describe("backoff.recommended", function()
+  it("has per-try timeouts: half the time left, at least 1 s", function()
+    local c = backoff.recommended():config()
+    assert.equal(0.5, c.adjust_timeout_factor)
+    assert.equal(1, c.min_adjust_timeout)
+    local b = backoff.recommended()
+    assert.equal(5, b:timeout())
+    local seen = {}
+    local r = backoff.retry(b, function(attempt, timeout)
+      seen[attempt] = timeout
+      if attempt < 3 then return nil, "refused" end
+      return "ok"
+    end, { sleep = nosleep })
+    assert.equal("ok", r)
+    assert.equal(5, seen[1])
+    for i = 2, 3 do
+      assert.is_true(seen[i] >= 1 and seen[i] <= 5, tostring(seen[i]))
+    end
+  end)
+
+  it("refuses a time that cannot be seconds there, naming the option",
+     function()
+    for _, case in ipairs {
+      { { max_delay = 5000 }, "max_delay", "5 for 5000 ms" },
+      { { max_actual_duration = 3000 }, "max_actual_duration",
+        "3 for 3000 ms" },
+      { { initial_delay = 100, max_delay = 5000 }, "initial_delay",
+        "0.1 for 100 ms" },
+      { { min_adjust_timeout = 2000 }, "min_adjust_timeout", "2 for" },
+    } do
+      local err = raised_here(function() backoff.recommended(case[1]) end)
+      assert.matches("backoff.recommended: option '" .. case[2] .. "'",
+                     err, 1, true)
+      assert.matches(case[3], err, 1, true)
+      assert.matches("backoff.exponential", err, 1, true)
+    end
+  end)
+
+  it("takes long values that are seconds up to the bounds", function()
+    local c = backoff.recommended { max_delay = 60,
+                                    max_actual_duration = 600 }:config()
+    assert.equal(60, c.max_delay)
+    assert.equal(600, c.max_actual_duration)
+    -- the strategies' constructors take any seconds (a poller may wait
+    -- minutes): only recommended() and the doors know the context
+    c = backoff.exponential { initial_delay = 100, max_delay = 5000 }
+      :config()
+    assert.equal(5000, c.max_delay)
+  end)
+end)
 
 describe("an object option given a function", function()
   local p = backoff.recommended()
@@ -72,6 +124,18 @@ describe("backoff.wrap", function()
       backoff.wrap(backoff.constant { delay = 0 }, print)
     end)
     assert.matches("backoff.wrap: the policy has no stop condition", err,
+                   1, true)
+  end)
+end)
+
+describe("backoff.sleep", function()
+  it("raises at the caller's line, in the C function's words", function()
+    for _, v in ipairs { -5, 0 / 0, math.huge, "1" } do
+      local err = raised_here(function() backoff.sleep(v) end)
+      assert.matches("bad argument #1 to 'sleep' (seconds must be a finite "
+                     .. "number >= 0 (got ", err, 1, true)
+    end
+    assert.matches("(got -5))", raised_here(function() backoff.sleep(-5) end),
                    1, true)
   end)
 end)
