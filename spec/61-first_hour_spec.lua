@@ -5,6 +5,7 @@
 -- the recommended policy's per-try timeouts; messages that read well.
 local backoff = require "backoff"
 local http = require "backoff.http"
+local hedge = require "backoff.hedge"
 local budget = require "backoff.budget"
 
 local HERE = debug.getinfo(1, "S").short_src
@@ -137,5 +138,87 @@ describe("backoff.sleep", function()
     end
     assert.matches("(got -5))", raised_here(function() backoff.sleep(-5) end),
                    1, true)
+  end)
+end)
+
+describe("a lower-case method", function()
+  it("is refused by the HTTP doors, naming the method to write",
+     function()
+    local calls = 0
+    local err = raised_here(function()
+      http.request(backoff.recommended(), function()
+        calls = calls + 1
+        return nil, "x"
+      end, { method = "get" })
+    end)
+    assert.equal(0, calls)
+    assert.matches("option 'method'", err, 1, true)
+    assert.matches("case-sensitive", err, 1, true)
+    assert.matches('write "GET"', err, 1, true)
+    err = raised_here(function()
+      hedge.request(backoff.recommended(), function() end,
+                    { method = "Post", delay = 0.05, budget = false })
+    end)
+    assert.matches('write "POST"', err, 1, true)
+  end)
+
+  it("leaves other methods as they are written", function()
+    local r = http.request(backoff.recommended(), function()
+      return { status = 200 }
+    end, { method = "PROPFIND" })
+    assert.equal(200, r.status)
+    -- an extension method in lower case is a method of its own
+    r = http.request(backoff.recommended(), function()
+      return { status = 200 }
+    end, { method = "purge" })
+    assert.equal(200, r.status)
+  end)
+end)
+
+describe("a hedge delay", function()
+  local function hedged(p, delay)
+    return raised_here(function()
+      hedge.request(p, function() end,
+                    { method = "GET", delay = delay, budget = false })
+    end)
+  end
+
+  it("not below the policy's deadline is an error naming 'delay'",
+     function()
+    local err = hedged(backoff.recommended(), 50)
+    assert.matches("option 'delay' is 50 s, not below the policy's "
+                   .. "deadline (max_actual_duration 10 s)", err, 1, true)
+    assert.matches("0.05 for 50 ms", err, 1, true)
+    err = hedged(backoff.recommended(), 10)
+    assert.matches("not below the policy's deadline", err, 1, true)
+  end)
+
+  it("above a minute without a deadline is an error", function()
+    local p = backoff.constant { delay = 0, max_attempts = 2 }
+    local err = hedged(p, 200)
+    assert.matches("option 'delay' is 200 s: a hedge waits at most 60 s",
+                   err, 1, true)
+  end)
+
+  it("below the deadline goes on (to the phase check, outside nginx)",
+     function()
+    local err = hedged(backoff.recommended(), 0.05)
+    assert.matches("needs nginx's light threads", err, 1, true)
+  end)
+
+  it("of an estimator: its min_delay is held to the same bound",
+     function()
+    local est = hedge.latency { min_delay = 0.5, max_delay = 20,
+                                shared = false }
+    local p = backoff.recommended { max_actual_duration = 0.4 }
+    local err = hedged(p, est)
+    assert.matches("the estimator's min_delay (option 'delay') is 0.5 s",
+                   err, 1, true)
+  end)
+
+  it("hedge.latency's min_delay in milliseconds is an error", function()
+    local ok, err = pcall(hedge.latency, { min_delay = 5, shared = false })
+    assert.is_false(ok)
+    assert.matches("option 'min_delay'", err, 1, true)
   end)
 end)
