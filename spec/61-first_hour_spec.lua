@@ -7,6 +7,7 @@ local backoff = require "backoff"
 local http = require "backoff.http"
 local hedge = require "backoff.hedge"
 local budget = require "backoff.budget"
+local phase = require "backoff.phase"
 
 local HERE = debug.getinfo(1, "S").short_src
 
@@ -220,5 +221,31 @@ describe("a hedge delay", function()
     local ok, err = pcall(hedge.latency, { min_delay = 5, shared = false })
     assert.is_false(ok)
     assert.matches("option 'min_delay'", err, 1, true)
+  end)
+end)
+
+describe("messages that read well", function()
+  it("a wait refused in a phase gives 3 digits, not 15", function()
+    assert.equal("0.123", phase.seconds_text(0.12345678901234))
+    assert.equal("0.5", phase.seconds_text(0.5))
+    assert.equal("12.3", phase.seconds_text(12.345678))
+    assert.equal("1235", phase.seconds_text(1234.5678))
+    local saved = rawget(_G, "ngx")
+    rawset(_G, "ngx", { get_phase = function() return "log" end })
+    local ok, err = pcall(backoff.retry, backoff.recommended { seed = 3 },
+      function() return nil, "x" end)
+    rawset(_G, "ngx", saved)
+    assert.is_false(ok)
+    local d = err:match("cannot wait (%S+) s in nginx's log phase")
+    assert.is_truthy(d, err)
+    -- at most 3 significant digits
+    assert.is_true(#(d:gsub("^0%.0*", ""):gsub("%.", "")) <= 3, d)
+  end)
+
+  it("one token is a token", function()
+    local s = tostring(budget.recommended())
+    assert.matches(": 1 token of a reserve of 1 ", s, 1, true)
+    local b = budget.earned { span = 0, capacity = 8 }
+    assert.matches(": 8 tokens of a reserve of 8 ", tostring(b), 1, true)
   end)
 end)
