@@ -249,3 +249,47 @@ describe("messages that read well", function()
     assert.matches(": 8 tokens of a reserve of 8 ", tostring(b), 1, true)
   end)
 end)
+
+describe("bin/backoff-delays from a checkout", function()
+  local function q(s) return "'" .. s:gsub("'", "'\\''") .. "'" end
+  local root = io.popen("pwd"):read("*l")
+  local tmp = os.tmpname()
+  os.remove(tmp)
+
+  local function run(cmd)
+    local p = io.popen(cmd .. " 2>&1; echo \"exit $?\"")
+    local out = p:read("*a")
+    p:close()
+    return out
+  end
+
+  it("runs a Lua whose module is built, whatever `lua` is", function()
+    -- a `lua` first in PATH that is not one (Debian's lua -> 5.2)
+    assert(os.execute("mkdir -p " .. q(tmp .. "/fake")))
+    local f = assert(io.open(tmp .. "/fake/lua", "w"))
+    f:write("#!/bin/sh\necho 'the wrong lua' >&2\nexit 1\n")
+    f:close()
+    os.execute("chmod +x " .. q(tmp .. "/fake/lua"))
+    local out = run("cd " .. q(tmp) .. " && env -u LUA_PATH -u LUA_CPATH "
+      .. "PATH=" .. q(tmp .. "/fake") .. ":\"$PATH\" "
+      .. q(root .. "/bin/backoff-delays") .. " -a constant --delay 2 0 0")
+    assert.equal("2\n2\nexit 0\n", out)
+  end)
+
+  it("says what to build when nothing is built", function()
+    assert(os.execute("mkdir -p " .. q(tmp .. "/co/bin") .. " "
+      .. q(tmp .. "/co/lua/backoff")))
+    assert(os.execute("cp " .. q(root .. "/bin/backoff-delays") .. " "
+      .. q(tmp .. "/co/bin/") .. " && cp " .. q(root
+      .. "/lua/backoff/cli.lua") .. " " .. q(tmp .. "/co/lua/backoff/")))
+    local out = run(q(tmp .. "/co/bin/backoff-delays") .. " -a constant "
+      .. "--delay 2 0")
+    assert.matches("no module built in " .. tmp .. "/co/build/", out, 1,
+                   true)
+    assert.matches("run make (Lua 5.4), or make LUA_VERSION=5.1", out, 1,
+                   true)
+    assert.matches("exit 2\n$", out)
+  end)
+
+  teardown(function() os.execute("rm -rf " .. q(tmp)) end)
+end)
