@@ -10,7 +10,8 @@ local TAGS = {
   lua = { fragment = true, nginx = true, pending = true },
   nginx = { fragment = true, ["http-block"] = true, pending = true },
   sh = { fragment = true, pending = true },
-  console = { fragment = true, pending = true },
+  console = { fragment = true, pending = true, checkout = true,
+              dry = true },
   output = {},
   text = {},
 }
@@ -96,6 +97,10 @@ local function info_problem(b)
   end
   if b.tags.fragment and b.tags.pending then
     return "a fragment does not run: it cannot be pending"
+  end
+  if b.tags.checkout and b.tags.dry then
+    return "a ```console block is run from the checkout or checked dry, "
+      .. "not both"
   end
 end
 
