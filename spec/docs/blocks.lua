@@ -145,9 +145,10 @@ function B.classify(blocks)
       local inside = {} -- fragments between its blocks (how to start it)
       while blocks[i] and not info_problem(blocks[i]) do
         local nb = blocks[i]
-        if nb.tags.fragment then
-          inside[#inside + 1] = { kind = "fragment", block = nb,
-                                  where = B.where(nb) }
+        if nb.tags.fragment or nb.lang == "console" and nb.tags.dry then
+          -- how to install and start it: not run, or checked dry
+          inside[#inside + 1] = { kind = nb.tags.fragment and "fragment"
+            or "console", block = nb, where = B.where(nb) }
         elseif B.file_name(nb) then
           u.files[#u.files + 1] = nb
         elseif nb.lang == "sh" and is_requests(nb) then

@@ -14,7 +14,10 @@
 --     make's targets and variables pass `make -n`; luarocks' subcommand
 --     exists and a rockspec it names is in the checkout; `lua5.x` and
 --     `luajit` commands run, with the checkout's paths for that Lua,
---     their output compared; a command it cannot check is an error.
+--     their output compared; `mkdir` runs in a scratch directory; an
+--     example's start (`nginx -p ... -c ...`, which its harness does the
+--     same way) and stop (`kill -QUIT "$(cat PIDFILE)"`) are taken as
+--     they are; a command it cannot check is an error.
 --
 -- The conventions: CONTRIBUTING.md ("Docs that run").
 local C = {}
@@ -122,11 +125,34 @@ local function dry_part(ctx, p, state, s)
       return "luarocks has no subcommand " .. tostring(sub)
     end
     return nil
-  elseif cmd == "eval" and p:match('^eval "%$%((luarocks path[^)]*)%)"$') then
-    local lr = p:match('^eval "%$%((luarocks path[^)]*)%)"$')
+  elseif cmd == "eval" and p:match('^eval "%$%((luarocks [^)]*path)%)"$')
+  then
+    local lr = p:match('^eval "%$%((luarocks [^)]*path)%)"$')
     local status = ctx.run_in(ctx.WORK .. "/cwd", "", lr)
     if status ~= 0 then return "`" .. lr .. "` exit status " .. status end
     return nil
+  elseif cmd == "cd" and #w == 2 then
+    return nil                          -- where the next part runs
+  elseif cmd == "mkdir" then            -- in a scratch directory
+    local status = ctx.run_in(ctx.WORK .. "/cwd", "", p)
+    if status ~= 0 then return "`" .. p .. "` exit status " .. status end
+    return nil
+  elseif cmd == "nginx" then
+    -- an example's start: its harness starts the config the same way
+    -- (-p, -c); here, that this nginx takes the options
+    for i = 2, #w do
+      if w[i]:match("^%-") and not (w[i] == "-p" or w[i] == "-c"
+                                    or w[i] == "-g") then
+        return "nginx option " .. w[i] .. ": not checked"
+      end
+    end
+    if not ctx.H.sh(ctx.H.NGINX .. " -v 2>/dev/null") then
+      return "no nginx at " .. ctx.H.NGINX
+    end
+    return nil
+  elseif cmd == "kill" and p:match('^kill %-QUIT "%$%(cat [%w_./-]+%.pid%)"$')
+  then
+    return nil                          -- an example's stop, by its pid
   elseif LUA_OF[cmd] then
     local v = LUA_OF[cmd]
     local status, out, err = ctx.run_in(ctx.WORK .. "/cwd", ctx.lua_env(v),
