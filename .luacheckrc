@@ -6,7 +6,7 @@ files["spec/data/*.lua"] = { max_line_length = false }
 files["examples/**/*.lua"] = { globals = { "ngx" } }
 files["rockspec/*.rockspec"] = { std = "rockspec" }
 files["spec/nginx/app.lua"] = { globals = { "ngx" } }
-files["bin/backoff-delays"] = { std = "max" }
+files["bin/backoff-delays"] = { std = "max", globals = { "_" } }
 files["spec/nginx/fleet_app.lua"] = { globals = { "ngx" } }
 files["spec/nginx/fleet_budget_app.lua"] = { globals = { "ngx" } }
 files["spec/nginx/http_app.lua"] = { globals = { "ngx" } }

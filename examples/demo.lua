@@ -93,3 +93,15 @@ for _, e in ipairs(examples) do
   end
   say("   %-18s %s", e[3] or e[1], table.concat(row, " "))
 end
+
+-- the next step, so that the demo does not end on a table
+say("")
+say("Next:")
+say("  lua5.4 examples/retry.lua          a retry loop to copy (it runs as")
+say("                                     it is, from this checkout)")
+say("  ./bin/backoff-delays -a exponential --initial-delay 0.1 0 0 0 0")
+say("                                     any strategy's delays (doc/cli.md)")
+say("  make LUA_VERSION=luajit            then README.md, \"OpenResty\":")
+say("                                     a gateway with retries, a budget")
+say("  make install                       the module for your own code")
+say("                                     (doc/install.md)")

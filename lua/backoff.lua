@@ -37,7 +37,12 @@ require("backoff.ffi")(methods)
 -- and in init / init_worker
 local core_sleep = core.sleep
 function M.sleep(seconds)
-  if type(seconds) == "number" and seconds > 0 then
+  if not check.finite(seconds) or seconds < 0 then
+    -- the C function's words, at the caller's line (not this file's)
+    check.raise("bad argument #1 to 'sleep' (seconds must be a finite "
+      .. "number >= 0 (got " .. check.got(seconds) .. "))")
+  end
+  if seconds > 0 then
     local now = phase.current()
     if now ~= nil and not phase.BLOCK[now] then
       phase.wait_error("backoff.sleep", now, seconds, phase.YIELD[now]
@@ -52,24 +57,51 @@ end
 -- The recommended policy (README, "Which strategy when"): exponential
 -- growth from 0.1 s, full jitter (the least work in the herd benchmark,
 -- bench/README.md), at most 5 s between attempts, 4 attempts, all
--- within 10 s.  Any option of backoff.exponential overrides one of these.
+-- within 10 s; each try's timeout half the time left, at least 1 s (5 s
+-- for the first), so that every door takes it, the balancer included.
+-- Any option of backoff.exponential overrides one of these.
 local RECOMMENDED = { initial_delay = 0.1, max_delay = 5, jitter = "full",
-                      max_attempts = 4, max_actual_duration = 10 }
+                      max_attempts = 4, max_actual_duration = 10,
+                      adjust_timeout_factor = 0.5, min_adjust_timeout = 1 }
+
+-- What the recommended policy is for, a caller waiting for the answer,
+-- says that no wait between attempts is above a minute, nor the whole
+-- run above ten: a larger value is milliseconds given for seconds
+-- (doc/backoff.md, "Times are seconds")
+local REC = "backoff.recommended"
+local BETWEEN, TRY = "s between attempts", "s per try"
+local LONGEST = {
+  { "initial_delay", 60, BETWEEN }, { "min_delay", 60, BETWEEN },
+  { "max_delay", 60, BETWEEN }, { "min_adjust_timeout", 60, TRY },
+  { "max_actual_duration", 600, "s in all" } }
+
+local function not_seconds(o)
+  for _, kv in ipairs(LONGEST) do
+    local k, most, what = kv[1], kv[2], kv[3]
+    local v = o[k]
+    if type(v) == "number" and v > most then
+      check.raise(("%s: option '%s' is %g seconds: times are seconds "
+        .. "(%g for %g ms), and the recommended policy waits at most %d "
+        .. "%s; for longer, build it with backoff.exponential"):format(
+        REC, k, v, v / 1000, v, most, what))
+    end
+  end
+end
 
 --- backoff.recommended([opts]) -> the recommended policy object
 function M.recommended(opts)
   if opts ~= nil and type(opts) ~= "table" then
-    check.raise("backoff.recommended: options must be a table (got "
-                .. type(opts) .. ")")
+    check.raise(REC .. ": options must be a table (got " .. type(opts)
+                .. ")")
   end
   local o = {}
   for k, v in pairs(RECOMMENDED) do o[k] = v end
   for k, v in pairs(opts or {}) do o[k] = v end
   local ok, b = pcall(core.exponential, o)
   if not ok then
-    check.raise((b:gsub("^[^\n]-backoff%.exponential:",
-                        "backoff.recommended:")))
+    check.raise((b:gsub("^[^\n]-backoff%.exponential:", REC .. ":")))
   end
+  not_seconds(o)
   return b
 end
 

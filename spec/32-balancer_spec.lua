@@ -138,6 +138,23 @@ describe("backoff.balancer", function()
         nil, true)
     end)
 
+    it("accepts backoff.recommended(): its per-try timeouts bound "
+       .. "each try within its deadline", function()
+      local rec = require("backoff").recommended()
+      local ok, attempt, timeout = balancer(rec)
+      assert.is_true(ok)
+      assert.equal(1, attempt)
+      assert.equal(5, timeout)             -- half of 10 s, at least 1 s
+      assert.equal(1, #calls.timeouts)
+      assert.equal(1, calls.more)          -- a second try granted
+    end)
+
+    it("names the constructor passed uncalled", function()
+      assert.error_matches(function()
+        balancer(require("backoff").recommended)
+      end, "got function: did you mean backoff.recommended()?", nil, true)
+    end)
+
     it("refuses a bad policy by argument", function()
       assert.error_matches(function() balancer(nil) end,
         "backoff.balancer: argument 'policy' must be a backoff object "

@@ -9,17 +9,23 @@ local policy, budget, counters
 
 local UPSTREAM_HOST, UPSTREAM_PORT = "127.0.0.1", 8081
 
--- init_by_lua: before the fork
-function M.init()
+-- init_by_lua: before the fork (port: the stand-in upstream's, when
+-- gateway.sh was given another)
+function M.init(port)
+  UPSTREAM_PORT = port or UPSTREAM_PORT
   -- 50 ms, 100 ms, 200 ms ... with full jitter; at most 4 attempts and
   -- 3 s in all; each try gets half the time left as its timeout, at
   -- least 0.2 s (a try is not started with less than that left)
   policy = backoff.exponential { initial_delay = 0.05, max_delay = 1,
     jitter = "full", max_attempts = 4, max_actual_duration = 3,
     adjust_timeout_factor = 0.5, min_adjust_timeout = 0.2 }
-  -- the fleet setting: one retry budget for every worker of the host
-  -- (a retry after a 503 with Retry-After costs more than its reserve:
-  -- the recommended setting does not retry a server that asks to wait)
+  -- the fleet setting: one retry budget for every worker of the host.
+  -- A retry after a 503 with Retry-After costs more than its reserve:
+  -- the recommended setting does not retry a server that asks to wait.
+  -- A retry after a timeout costs 6: a quiet host (under about 75
+  -- requests in 10 s) does not retry timeouts, on purpose; any other
+  -- failure costs 1, and a fresh budget pays for one
+  -- (doc/budget.md, "The recommended setting")
   budget = backoff.budget.recommended { shared = ngx.shared.retry_budget }
   counters = metrics.new("api", { shared = ngx.shared.backoff_metrics })
 end
@@ -84,7 +90,7 @@ function M.route()
     metrics = counters,
     on_retry = function(e, delay, attempt)
       ngx.log(ngx.WARN, "try ", attempt, " failed (", e, "), next in ",
-              delay, " s")
+              ("%.3g"):format(delay), " s")
     end,
   })
   if not res then
@@ -104,7 +110,8 @@ function M.route()
   ngx.print(res.body)
 end
 
--- the stand-in upstream: call n fails as n % 3 says
+-- the stand-in upstream: call n fails as n % 3 says (a 503 asking
+-- for a second's wait, then a 502), the third works
 function M.upstream()
   local n = ngx.shared.example:incr("n", 1, 0)
   if n % 3 == 1 then
@@ -112,7 +119,8 @@ function M.upstream()
     ngx.header["Retry-After"] = "1"
     return ngx.say("busy, come back in a second")
   elseif n % 3 == 2 then
-    ngx.sleep(2)                -- longer than a try's timeout
+    ngx.status = 502            -- its own upstream failed: retried
+    return ngx.say("bad gateway")
   end
   ngx.header["Content-Type"] = "text/plain"
   ngx.say("hello from the upstream (call ", n, ", ",

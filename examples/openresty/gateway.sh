@@ -1,10 +1,12 @@
 #!/bin/sh
 # Start and stop the example gateway of examples/openresty/ on
-# 127.0.0.1:8080 (its stand-in upstream on 127.0.0.1:8081).
+# 127.0.0.1:8080 (its stand-in upstream on 127.0.0.1:8081; PORT and
+# UPSTREAM_PORT say others).
 #
 #   examples/openresty/gateway.sh start | stop | status
 #
 # Needs nginx with the Lua module and LuaJIT: on Debian/Ubuntu
+#   apt-get update
 #   apt-get install nginx libnginx-mod-http-lua luajit2 libluajit2-5.1-dev
 # then `make LUA_VERSION=luajit` (the module for LuaJIT).  OpenResty
 # works too: NGINX=/usr/local/openresty/bin/openresty (its Lua module is
@@ -14,6 +16,8 @@ set -e
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 PREFIX=${PREFIX:-$ROOT/build/example-openresty}
 NGINX=${NGINX:-nginx}
+PORT=${PORT:-8080}
+UPSTREAM_PORT=${UPSTREAM_PORT:-8081}
 PIDFILE=$PREFIX/logs/nginx.pid
 
 running() { [ -f "$PIDFILE" ] && kill -0 "$(cat "$PIDFILE")" 2>/dev/null; }
@@ -30,12 +34,14 @@ start)
     modules="load_module /usr/lib/nginx/modules/ndk_http_module.so;
 load_module /usr/lib/nginx/modules/ngx_http_lua_module.so;"
   fi
-  awk -v root="$ROOT" -v prefix="$PREFIX" -v modules="$modules" '
-    { gsub(/@ROOT@/, root); gsub(/@PREFIX@/, prefix) }
+  awk -v root="$ROOT" -v prefix="$PREFIX" -v modules="$modules" \
+      -v port="$PORT" -v up="$UPSTREAM_PORT" '
+    { gsub(/@ROOT@/, root); gsub(/@PREFIX@/, prefix)
+      gsub(/@UPSTREAM_PORT@/, up); gsub(/@PORT@/, port) }
     /@LOAD_MODULES@/ { print modules; next }
     { print }' "$ROOT/examples/openresty/nginx.conf" >"$PREFIX/nginx.conf"
   "$NGINX" -p "$PREFIX/" -c "$PREFIX/nginx.conf"
-  echo "started (pid $(cat "$PIDFILE")): curl -i 127.0.0.1:8080/api/hello"
+  echo "started (pid $(cat "$PIDFILE")): curl -si 127.0.0.1:$PORT/api/hello"
   ;;
 stop)
   if ! running; then echo "not running"; exit 0; fi

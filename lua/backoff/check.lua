@@ -71,10 +71,53 @@ function M.raise(msg)
 end
 local raise = M.raise
 
+------------------------------------------------------------------------
+-- a function where an object was wanted: a constructor not called?
+
+-- the public name of a function of the library (backoff.X or
+-- backoff.Y.X, the shortest), or nil: read from package.loaded, so
+-- that this floor requires nothing above it
+local loaded = package.loaded
+local function public_name(fn)
+  local best
+  for mod, t in pairs(loaded) do
+    if type(mod) == "string" and type(t) == "table"
+       and (mod == "backoff" or mod:sub(1, 8) == "backoff.")
+       and mod ~= "backoff.core" then
+      for k, v in next, t do
+        if v == fn and type(k) == "string" then
+          local name = mod .. "." .. k
+          if best == nil or #name < #best
+             or #name == #best and name < best then
+            best = name
+          end
+        end
+      end
+    end
+  end
+  return best
+end
+
+--- check.got(v [, plain]) -> v as a message's "(got ...)" says it; a
+-- function with the hint that a constructor was passed where its
+-- object was wanted ("function: did you mean
+-- backoff.budget.recommended()?"); plain: the bare type unless the
+-- function is the library's (backoff.retry(fn) forgot the policy: no
+-- constructor to call)
+function M.got(v, plain)
+  if type(v) ~= "function" then return plain and type(v) or repr(v) end
+  local name = public_name(v)
+  if name then return "function: did you mean " .. name .. "()?" end
+  if plain then return "function" end
+  return "function: an object is wanted here; call its constructor"
+end
+local got = M.got
+
 --- check.fail(ctor, name, rule_text, v): the option's message, raised
+-- (the rule refused v: a function given for an object gets the hint)
 function M.fail(ctor, name, text, v)
   raise(("%s: option '%s' must be %s (got %s)"):format(ctor, tostring(name),
-        text, repr(v)))
+        text, got(v)))
 end
 
 ------------------------------------------------------------------------

@@ -374,7 +374,7 @@ function M.request(policy, do_request, opts)
                 .. "function (got " .. type(do_request) .. ")"
                 .. options.USAGE)
   end
-  local o = options.compile(opts)
+  local o = options.compile(opts, f)
   local ngx = options.threads()
   local st = { o = o, f = f, do_request = do_request, ngx = ngx,
     gate = gate_mod.new(policy, f, b, o), live = {}, hints = 0 }

@@ -47,11 +47,19 @@ end
 M.NO_YIELD = "ngx.sleep cannot yield there and a blocking sleep "
   .. "would stall every request of this worker; "
 
+-- seconds as a message says them: 3 significant digits (a jittered
+-- delay has 15), whole seconds from 1000 on
+local function seconds_text(d)
+  if d < 1000 then return ("%.3g"):format(d) end
+  return ("%.0f"):format(d)
+end
+M.seconds_text = seconds_text
+
 --- phase.wait_error(who, phase, d, advice): the error for a wait in a
 -- phase that cannot wait, raised at the caller
 function M.wait_error(who, phase, d, advice)
   check.raise(("%s: cannot wait %s s in nginx's %s phase: %s"):format(who,
-    util.repr(d), tostring(phase), advice))
+    seconds_text(d), tostring(phase), advice))
 end
 
 --- phase.need(who, want, directive) -> ngx: raises at the caller unless

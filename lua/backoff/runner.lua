@@ -81,18 +81,27 @@ end
 
 -- Everything about the arguments that the fast path does not settle:
 -- the policy first (backoff.retry(fn) forgot it), then fn and ropts.
-local function arguments(method, policy, fn, ropts)
+-- `as`: the function the caller called, for the messages (RETRY, or
+-- WRAP: backoff.wrap checks its arguments as backoff.retry would, in
+-- its own name)
+local RETRY = { who = WHO, usage = USAGE, ropts = check_ropts }
+local WRAP = { who = "backoff.wrap",
+  usage = "; usage: backoff.wrap(policy, fn [, ropts])",
+  ropts = check.validator("backoff.wrap", setup.RULES) }
+
+local function arguments(method, policy, fn, ropts, as)
+  as = as or RETRY
   if method and not is_backoff(policy) then    -- a bad self, as in C
     raise("bad argument #1 to 'retry' (backoff.Backoff expected, got "
           .. type(policy) .. ")")
   end
-  local f, b = setup.policy(WHO, policy, USAGE)
+  local f, b = setup.policy(as.who, policy, as.usage)
   if not callable(fn) then
-    raise(WHO .. ": argument 'fn' must be a function (got " .. type(fn)
-          .. ")" .. USAGE)
+    raise(as.who .. ": argument 'fn' must be a function (got "
+          .. type(fn) .. ")" .. as.usage)
   end
-  ropts = check_ropts(ropts)
-  setup.need_stop(WHO, f, ropts)
+  ropts = as.ropts(ropts)
+  setup.need_stop(as.who, f, ropts)
   return f, b, ropts
 end
 
@@ -212,7 +221,7 @@ local retry = M.retry
 -- its own arguments under backoff.retry: the results of fn, or nil,
 -- err, reason.  Checked now, as backoff.retry would check them.
 function M.wrap(policy, fn, ropts)
-  arguments(false, policy, fn, ropts)
+  arguments(false, policy, fn, ropts, WRAP)
   return function(...)
     local n, args = select("#", ...), { ... }
     return retry(policy, function() return fn(unpack(args, 1, n)) end,

@@ -24,7 +24,8 @@ local function budget_rule()
   r.fail = function(ctor, _, v)
     raise(ctor .. ": option 'budget' must be a budget (an object with "
           .. "withdraw, and record or deposit methods; got "
-          .. util.budget_problem(v) .. ")")
+          .. (type(v) == "function" and check.got(v)
+              or util.budget_problem(v)) .. ")")
   end
   return r
 end
@@ -146,8 +147,8 @@ end
 -- table] (got <type>)<usage>"
 function E.bad_policy(who, v, tables, usage)
   raise(("%s: argument 'policy' must be a backoff object%s (got %s)%s")
-    :format(who, tables and " or an options table" or "", type(v),
-            usage or ""))
+    :format(who, tables and " or an options table" or "",
+            check.got(v, true), usage or ""))
 end
 
 --- E.policy(who, policy [, usage]) -> f [, b]: the facts of a backoff

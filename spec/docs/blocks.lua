@@ -10,7 +10,8 @@ local TAGS = {
   lua = { fragment = true, nginx = true, pending = true },
   nginx = { fragment = true, ["http-block"] = true, pending = true },
   sh = { fragment = true, pending = true },
-  console = { fragment = true, pending = true },
+  console = { fragment = true, pending = true, checkout = true,
+              dry = true },
   output = {},
   text = {},
 }
@@ -97,6 +98,10 @@ local function info_problem(b)
   if b.tags.fragment and b.tags.pending then
     return "a fragment does not run: it cannot be pending"
   end
+  if b.tags.checkout and b.tags.dry then
+    return "a ```console block is run from the checkout or checked dry, "
+      .. "not both"
+  end
 end
 
 -- The units to run, in order: each block alone, or an nginx example
@@ -140,9 +145,10 @@ function B.classify(blocks)
       local inside = {} -- fragments between its blocks (how to start it)
       while blocks[i] and not info_problem(blocks[i]) do
         local nb = blocks[i]
-        if nb.tags.fragment then
-          inside[#inside + 1] = { kind = "fragment", block = nb,
-                                  where = B.where(nb) }
+        if nb.tags.fragment or nb.lang == "console" and nb.tags.dry then
+          -- how to install and start it: not run, or checked dry
+          inside[#inside + 1] = { kind = nb.tags.fragment and "fragment"
+            or "console", block = nb, where = B.where(nb) }
         elseif B.file_name(nb) then
           u.files[#u.files + 1] = nb
         elseif nb.lang == "sh" and is_requests(nb) then

@@ -16,6 +16,7 @@ local socket = require "socket"
 local ROOT = assert(arg[1], "usage: run.lua ROOT [FILE.md ...]")
 local H = dofile(ROOT .. "/spec/nginx/harness.lua")
 local B = dofile(ROOT .. "/spec/docs/blocks.lua")
+local CONSOLE = dofile(ROOT .. "/spec/docs/console.lua")
 local WORK = os.getenv("DOCS_WORK") or (ROOT .. "/build/docs")
 local VERBOSE = os.getenv("VERBOSE")
 
@@ -144,6 +145,14 @@ local function run_console(u)
   local steps = console_steps(u.block)
   local problems = {}
   if #steps == 0 then problems[1] = "no `$ command` line" end
+  local tags = u.block.tags
+  if #steps > 0 and (tags.dry or tags.checkout) then
+    -- spec/docs/console.lua: from the checkout's root, or checked dry
+    local ctx = { ROOT = ROOT, WORK = WORK, H = H, B = B, q = q,
+                  run_in = run_in, lua_env = lua_env, diff = diff,
+                  slug = slug }
+    return CONSOLE[tags.dry and "dry" or "checkout"](u, ctx, steps)
+  end
   for _, l in ipairs(LUAS) do
     local lua, v = l[1], l[2]
     local bin = WORK .. "/bin-" .. v

@@ -328,10 +328,11 @@ function Earned:__tostring()
   check(self, "__tostring")
   local v = available(self, 3)
   local r, l = reserve(self)
-  return ("%s: %s%s tokens of a reserve of %s (credit %s; capacity %s, "
+  return ("%s: %s%s token%s of a reserve of %s (credit %s; capacity %s, "
     .. "earn %s x success share %.3f)"):format(CTOR,
     self.shared and ("shared " .. C.repr(self.dkey) .. ", ") or "",
-    C.milli_text(v), C.milli_text(r), C.milli_text(l),
+    C.milli_text(v), v == 1000 and "" or "s", C.milli_text(r),
+    C.milli_text(l),
     C.num(self.capacity_), C.milli_text(self.earn_), self.s)
 end
 

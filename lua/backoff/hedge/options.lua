@@ -51,10 +51,37 @@ local check_opts = check.validator(WHO, own)
 
 local DEFAULT_MAX_HINT = 60
 
---- options.compile(opts) -> o: the checked options, with idem (may a
--- copy be sent while another is in flight), statuses, estimator,
--- max_hint; `opts` itself is what the engine reads as ropts
-function M.compile(opts)
+-- A hedge is a second copy while the first is slow: a delay not below
+-- the policy's deadline would never send one (50 for 50 ms turned
+-- hedging off, silently), and without a deadline a delay above a
+-- minute is no hedge either.  An estimator's min_delay is held to the
+-- same bound.
+local LONGEST = 60
+local function delay_units(f, opts)
+  local v, what = opts.delay, "option 'delay'"
+  if type(v) ~= "number" then
+    v = type(v) == "table" and rawget(v, "min_delay")
+    if type(v) ~= "number" then return end
+    what = "the estimator's min_delay (option 'delay')"
+  end
+  local most = f and f.duration
+  if most and v >= most then
+    raise(("%s: %s is %g s, not below the policy's deadline "
+      .. "(max_actual_duration %g s): no copy would ever be sent; times "
+      .. "are seconds (%g for %g ms)"):format(WHO, what, v, most,
+      v / 1000, v))
+  elseif not most and v > LONGEST then
+    raise(("%s: %s is %g s: a hedge waits at most %d s; times are "
+      .. "seconds (%g for %g ms)"):format(WHO, what, v, LONGEST,
+      v / 1000, v))
+  end
+end
+
+--- options.compile(opts [, f]) -> o: the checked options, with idem (may
+-- a copy be sent while another is in flight), statuses, estimator,
+-- max_hint; `opts` itself is what the engine reads as ropts; f, the
+-- policy's facts, bounds the delay (its deadline)
+function M.compile(opts, f)
   if type(opts) ~= "table" then
     raise(("%s: options must be a table (got %s): method, delay and "
            .. "budget are required"):format(WHO, type(opts)))
@@ -65,6 +92,7 @@ function M.compile(opts)
       check.fail(WHO, k, own[k].text .. " (required)", nil)
     end
   end
+  delay_units(f, opts)
   local idem, statuses = rules.settings(WHO, opts)
   local o = { ropts = opts, idem = idem, statuses = statuses,
               timeouts = opts.timeouts, on_hedge = opts.on_hedge,

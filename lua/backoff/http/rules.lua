@@ -159,11 +159,26 @@ end
 
 --- R.OPTIONS: the rules of the HTTP doors' own options (their
 -- validator adds the runner's, setup.rules)
+-- RFC 9110's methods (section 9) and PATCH: `method = "get"` is not
+-- GET (methods are case-sensitive, and "get" is never retried as
+-- idempotent), and is almost surely a typo: the doors refuse it
+local STANDARD = { GET = true, HEAD = true, POST = true, PUT = true,
+                   DELETE = true, CONNECT = true, OPTIONS = true,
+                   TRACE = true, PATCH = true }
+
+local function door_method(v)
+  local name, want = method_name(v)
+  if name and STANDARD[name:upper()] and not STANDARD[name] then
+    return nil, v, ('%s (methods are case-sensitive, RFC 9110 9.1: %s '
+      .. 'is not %s, and would never be retried as idempotent; write '
+      .. '"%s")'):format(want or "a method name", repr(v), name:upper(),
+      name:upper())
+  end
+  return name, v, want
+end
+
 R.OPTIONS = {
-  method = rule(function(v)
-    local name, want = method_name(v)
-    return name, v, want
-  end, "a method"),
+  method = rule(door_method, "a method"),
   headers = check.custom("a table (the request's headers)", function(v)
     return type(v) == "table" end),
   idempotent = check.boolean(),
