@@ -411,6 +411,7 @@ test: deps-test $(foreach v,$(LUA_VERSIONS),$(call MODULE,$(v)))
 	@$(SUITE) nginx-balancer timeout 300 lua5.4 spec/nginx/balancer.lua \
 	  $(CURDIR)
 	@$(SUITE) nginx-breaker timeout 120 lua5.4 spec/nginx/breaker.lua $(CURDIR)
+	@$(SUITE) nginx-store timeout 120 lua5.4 spec/nginx/store.lua $(CURDIR)
 	@$(SUITE) luarocks-make $(MAKE) -s rock-test
 	@$(SUITE) luacheck $(MAKE) -s lint
 	@$(SUITE) house $(MAKE) -s house

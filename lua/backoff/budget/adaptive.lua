@@ -178,7 +178,7 @@ local function new(opts)
   if o.shared or o.key ~= nil then
     self.key, self.dkey = C.shared_key(CTOR, o, "s", { o.window })
     self.win = window.new { who = CTOR, span = o.window, slices = 10,
-      clock = clock, dict = o.shared, prefix = self.dkey .. ":" }
+      clock = clock, dict = o.shared, prefix = self.dkey .. ":", lo = 0 }
     self.shared = true
   else
     self.win = window.new { who = CTOR, span = o.window, slices = 10,

@@ -166,14 +166,17 @@ end
 -- a number as short exact text (base 36 for an integer): the window's
 C.short = window.short
 
--- Is v a value this module can have written under a counter of
--- capacity cap (an integer, |v| within SPAN capacities)?  Anything else
--- (a string, NaN, an infinity, a fraction, a huge number) is corrupt.
+-- Is v a value this module can have written under a counter of size
+-- cap?  An integer, at most SPAN capacities above it, and at most SPAN
+-- of the largest takes below 0 (`low`: -SPAN x the largest take;
+-- default -SPAN x cap): each of at most SPAN workers has at most one
+-- incr not yet taken back.  Anything else (a string, NaN, an infinity,
+-- a fraction, a huge or hugely negative number) is another writer's.
 local SPAN = C.SPAN
-local function counter_ok(v, cap)
+local function counter_ok(v, cap, low)
   -- v % 1: whole numbers without a call (NaN and infinities give NaN)
   return type(v) == "number" and v % 1 == 0
-    and v >= -SPAN * cap and v <= (SPAN + 1) * cap
+    and v >= (low or -SPAN * cap) and v <= (SPAN + 1) * cap
 end
 C.counter_ok = counter_ok
 
@@ -184,50 +187,65 @@ function C.corrupt(dict, dkey, v)
   return store.foreign(dict, dkey, v, C.WHO, "a token count")
 end
 
--- why an incr of the counter failed: a dict error, or a value that is
--- not a number (another writer's: deleted)
-local function failed(dict, dkey, err)
-  if err == "not a number" then
-    return C.corrupt(dict, dkey, dict:get(dkey))
+-- An incr of n met a value the counter cannot hold (r: what it
+-- answered, nil with err "not a number"), or failed: the value is
+-- deleted (read as missing) and the incr made once more.  The counter
+-- after, or nil, err.
+local function again(dict, dkey, n, cap, init, low, r, err)
+  if r ~= nil then
+    C.corrupt(dict, dkey, r - n)
+  elseif err == "not a number" then
+    C.corrupt(dict, dkey, dict:get(dkey))
+  else
+    return nil, err
   end
-  return err
+  r, err = incr(dict, dkey, n, init)
+  if r ~= nil and not counter_ok(r, cap, low) then
+    return nil, C.corrupt(dict, dkey, r)
+  end
+  return r, err
 end
 
 -- Add n (0 <= n <= cap) to the counter at dkey (missing: init), then
 -- take back at once what went above cap.  Returns the counter after,
--- or nil, err (dict error or corrupt value).
-function C.add(dict, dkey, n, cap, init)
+-- or nil, err (a dict error).
+function C.add(dict, dkey, n, cap, init, low)
   local r, err = incr(dict, dkey, n, init)
-  if not r then return nil, failed(dict, dkey, err) end
-  if not counter_ok(r, cap) then return nil, C.corrupt(dict, dkey, r) end
+  if not (r and counter_ok(r, cap, low)) then
+    r, err = again(dict, dkey, n, cap, init, low, r, err)
+    if not r then return nil, err end
+  end
   if r > cap then
     local e = r - cap
     if e > n then e = n end
     r, err = incr(dict, dkey, -e, init)
-    if not r then return nil, failed(dict, dkey, err) end
-    if not counter_ok(r, cap) then return nil, C.corrupt(dict, dkey, r) end
+    if not (r and counter_ok(r, cap, low)) then
+      return again(dict, dkey, -e, cap, init, low, r, err)
+    end
   end
   return r
 end
 
 -- Take c (0 < c <= cap) if it leaves the counter >= floor_; else give
 -- it back (through add) and refuse.  Returns true, or false [, err].
-function C.take(dict, dkey, c, cap, init, floor_)
+function C.take(dict, dkey, c, cap, init, floor_, low)
   local r, err = incr(dict, dkey, -c, init)
-  if not r then return false, failed(dict, dkey, err) end
-  if not counter_ok(r, cap) then return false, C.corrupt(dict, dkey, r) end
+  if not (r and counter_ok(r, cap, low)) then
+    r, err = again(dict, dkey, -c, cap, init, low, r, err)
+    if not r then return false, err end
+  end
   if r >= floor_ then return true end
-  r, err = C.add(dict, dkey, c, cap, init)     -- undo
+  r, err = C.add(dict, dkey, c, cap, init, low)     -- undo
   if not r then return false, err end
   return false
 end
 
 -- the counter now (missing: init; a foreign value is deleted and read
 -- as missing)
-function C.read(dict, dkey, cap, init)
+function C.read(dict, dkey, cap, init, low)
   local v = dict:get(dkey)
   if v == nil then return init end
-  if not counter_ok(v, cap) then
+  if not counter_ok(v, cap, low) then
     C.corrupt(dict, dkey, v)
     return init
   end
@@ -237,16 +255,19 @@ end
 -- Give back the part below 0 after taking n (0 < n <= cap): r =
 -- incr(-n); if r < 0 then incr(min(n, -r)).  The counter after, or
 -- nil, err.
-function C.sub_floor(dict, dkey, n, cap, init)
+function C.sub_floor(dict, dkey, n, cap, init, low)
   local r, err = incr(dict, dkey, -n, init)
-  if not r then return nil, failed(dict, dkey, err) end
-  if not counter_ok(r, cap) then return nil, C.corrupt(dict, dkey, r) end
+  if not (r and counter_ok(r, cap, low)) then
+    r, err = again(dict, dkey, -n, cap, init, low, r, err)
+    if not r then return nil, err end
+  end
   if r < 0 then
     local e = -r
     if e > n then e = n end
     r, err = incr(dict, dkey, e, init)
-    if not r then return nil, failed(dict, dkey, err) end
-    if not counter_ok(r, cap) then return nil, C.corrupt(dict, dkey, r) end
+    if not (r and counter_ok(r, cap, low)) then
+      return again(dict, dkey, e, cap, init, low, r, err)
+    end
   end
   return r
 end

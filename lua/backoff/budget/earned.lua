@@ -148,13 +148,13 @@ function Earned:withdraw(cost, attempt)
   if c > cap - fl then return false end -- never: no write
   local ok, err = flush(self)           -- this worker's counts, seen
   if not ok then return false, err end
-  return take(self.dict, self.dkey, c, cap, cap, fl)
+  return take(self.dict, self.dkey, c, cap, cap, fl, self.low)
 end
 
 -- the tokens a retry of this attempt can take now (thousandths)
 local function available(self, attempt)
   local cap = self.cap
-  local v = read(self.dict, self.dkey, cap, cap)
+  local v = read(self.dict, self.dkey, cap, cap, self.low)
   local r, l = reserve(self)
   local fl = floor_for(self, attempt, r, l)
   v = v - fl
@@ -225,7 +225,7 @@ local function earn(self, s)
     if self.shared and s >= QUIET then self.skip = SKIP end
     return
   end
-  add(self.dict, self.dkey, n, cap, cap)
+  add(self.dict, self.dkey, n, cap, cap, self.low)
 end
 
 -- bud:record(ok [, attempt [, cost]]): a first attempt counts as a
@@ -264,7 +264,7 @@ function Earned:deposit(n)
   n = C.count_arg(n, "deposit", "n", self.cost_)
   local cap = self.cap
   local m = n > self.capacity_ and self.base or n * 1000
-  local r, err = add(self.dict, self.dkey, m, cap, cap)
+  local r, err = add(self.dict, self.dkey, m, cap, cap, self.low)
   if not r then return nil, err end
   return self:tokens()
 end
@@ -388,6 +388,8 @@ local function new(opts, ctor)
   local lend = urec > 0 and LEND * 1000 or 0
   local self = {
     ctor = ctor, capacity_ = o.capacity, base = base, cap = base + lend,
+    -- the lowest the counter goes: SPAN takes of at most capacity
+    low = -C.SPAN * base,
     lend = lend, cost_ = o.cost, earn_ = floor(o.earn * 1000 + 0.5),
     memory_ = o.memory, alpha = 1 / o.memory, s = 1, skip = 0,
     throttle_ = o.throttle_cost or o.capacity + 1,

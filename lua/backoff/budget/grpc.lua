@@ -37,12 +37,14 @@ local function check(self, method)
 end
 
 local read, from_milli = C.read, C.from_milli
+-- the lowest the counter goes: SPAN failures taken at once (1000 each)
+local LOW = -C.SPAN * 1000
 
 -- the counter, clamped to [0, max] (a foreign value: read as missing,
 -- full)
 local function milli_tokens(self)
   local max = self.max
-  local v = read(self.dict, self.dkey, max, max)
+  local v = read(self.dict, self.dkey, max, max, LOW)
   if v <= 0 then return 0 end            -- a foreign -0 too
   if v > max then return max end
   return v
@@ -73,9 +75,9 @@ function Grpc:record(ok, attempt, cost)
   if ok then
     local n = self.ratio
     if n > max then n = max end
-    if n > 0 then C.add(self.dict, self.dkey, n, max, max) end
+    if n > 0 then C.add(self.dict, self.dkey, n, max, max, LOW) end
   else
-    C.sub_floor(self.dict, self.dkey, 1000, max, max)
+    C.sub_floor(self.dict, self.dkey, 1000, max, max, LOW)
   end
 end
 

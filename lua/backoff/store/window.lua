@@ -95,23 +95,25 @@ end
 
 --- w:add(name, v [, i]) -> i, or nil, err: v added to series name in
 -- slice i (default: now).  A slice that has left the span takes nothing.
+-- A value the window cannot have written is foreign: deleted (read as
+-- missing), and v added afresh.
 function Window:add(name, v, i)
   i = i or self:slice()
   local dict = self.dict
   if dict then
     local k = key(self, name, i)
-    local r, err = store.incr(dict, k, v, 0, self.ttl)
-    if not r then
-      if err == "not a number" then
-        return nil, store.foreign(dict, k, dict:get(k), self.who,
-                                  "a count")
+    for _ = 1, 2 do
+      local r, err = store.incr(dict, k, v, 0, self.ttl)
+      if r and ok(self, r) then return i end
+      if r then
+        store.foreign(dict, k, r - v, self.who, "a count")
+      elseif err == "not a number" then
+        store.foreign(dict, k, dict:get(k), self.who, "a count")
+      else
+        return nil, err
       end
-      return nil, err
     end
-    if not ok(self, r) then
-      return nil, store.foreign(dict, k, r, self.who, "a count")
-    end
-    return i
+    return nil, "foreign values under key '" .. k .. "'"
   end
   local r, j = ring(self, name), i % self.n
   local tag = r.tag[j]
