@@ -739,7 +739,8 @@ describe("backoff.hedge", function()
       local doc = f:read("*a")
       f:close()
       local names = { "hedge.request(", "hedge.latency(", "lat:delay(",
-        "lat:observe(", "lat:samples(", "cancel:on_cancel(" }
+        "lat:observe(", "lat:samples(", "cancel:on_cancel(", "hedge.pace(",
+        "pace:allow(" }
       for k, v in pairs(hedge) do
         if type(v) == "function" then
           local found = false
