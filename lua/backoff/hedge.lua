@@ -36,6 +36,7 @@ local latency = require "backoff.hedge.latency"
 local pace_mod = require "backoff.hedge.pace"
 local options = require "backoff.hedge.options"
 local token = require "backoff.hedge.token"
+local peers_mod = require "backoff.hedge.peers"
 local hint_mod = require "backoff.http.hint"
 
 local error, pcall, select, tonumber, type =
@@ -145,6 +146,10 @@ local function cancel(st, c)
   local tok = c.token
   tok.cancelled = true
   st.ngx.thread.kill(c.thread)
+  if st.peers then
+    local now = st.gate:now()
+    st.peers:done(c.peer_i, now - c.t0, now)
+  end
   local list = tok.list
   for i = 1, #list do close(list[i]) end
   st.gate:cancelled(c.attempt)
@@ -208,10 +213,12 @@ local function run_alone(st)
     if not ok then return give_up(st, f, t) end
     if attempt > 1 and o.on_hedge then o.on_hedge(f.err, attempt, f.res) end
     local t0 = g:now()
-    local peer = st.peer_of and st.peer_of(attempt)
+    local pk, peer, pi = st.peers, nil, nil
+    if pk then peer, pi = pk:choose(attempt, t0) end
     local r = pack(tpcall(st.do_request, attempt, timeouts_of(st, t),
                           new_token(attempt, peer), peer))
     local took = g:now() - t0
+    if pk then pk:done(pi, took, t0 + took) end
     local c = { attempt = attempt, t0 = t0, kind = kind }
     if not r[1] then failed_hard(st, c, took, r[2]) end
     local verdict, info = judge(o, r, 2)
@@ -271,8 +278,11 @@ local function start(st, kind, f)
     st.hedges = st.hedges + 1
     if st.o.pace then st.o.pace:hedged() end
   end
-  local c = { attempt = attempt, kind = kind, t0 = g:now(),
-              token = new_token(attempt, st.peer_of and st.peer_of(attempt)) }
+  local pk, peer, pi = st.peers, nil, nil
+  local t0 = g:now()
+  if pk then peer, pi = pk:choose(attempt, t0) end
+  local c = { attempt = attempt, kind = kind, t0 = t0, peer_i = pi,
+              token = new_token(attempt, peer) }
   local live = st.live
   live[#live + 1] = c
   c.thread = st.ngx.thread.spawn(copy_main, st, c, timeouts_of(st, t))
@@ -306,6 +316,10 @@ end
 local function ended(st, c, r)
   local g, o = st.gate, st.o
   remove(st.live, c)
+  if st.peers then
+    local now = st.gate:now()
+    st.peers:done(c.peer_i, now - c.t0, now)
+  end
   local took = g:now() - c.t0
   if not r[3] then failed_hard(st, c, took, r[4]) end
   local verdict, info = judge(o, r, 4)
@@ -403,7 +417,7 @@ function M.request(policy, do_request, opts)
   local ngx = options.threads()
   local st = { o = o, f = f, do_request = do_request, ngx = ngx,
     gate = gate_mod.new(policy, f, b, o), live = {}, hints = 0,
-    hedges = 0, peer_of = options.peers(o) }
+    hedges = 0, peers = peers_mod.chooser(o.peers) }
   if not o.idem then return run_alone(st) end
   if o.pace then o.pace:request() end
   local d = o.estimator and o.estimator:delay() or o.delay

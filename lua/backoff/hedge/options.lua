@@ -159,35 +159,6 @@ function M.policy(policy)
 end
 
 ------------------------------------------------------------------------
--- peers
-
-local turn = 0                    -- rotates the first copies' peer
-
---- options.peers(o) -> a request's peer chooser: function(attempt) ->
--- the peer of copy `attempt`, or nil without option peers.  A list:
--- copy k of a request goes to the list's next peer after copy k - 1's,
--- the first one's rotating per request; a function: peers(attempt,
--- tried), tried the peers the request's earlier copies were given
-function M.peers(o)
-  local list = o.peers
-  if list == nil then return nil end
-  local tried = {}
-  if util.callable(list) then
-    return function(attempt)
-      local peer = list(attempt, tried)
-      tried[#tried + 1] = peer
-      return peer
-    end
-  end
-  local n = #list
-  turn = turn % n + 1
-  local first = turn
-  return function(attempt)
-    return list[(first + attempt - 2) % n + 1]
-  end
-end
-
-------------------------------------------------------------------------
 -- where light threads exist
 
 -- lua-nginx-module's NGX_HTTP_LUA_CONTEXT_YIELDABLE (where
