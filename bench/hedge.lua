@@ -1,45 +1,44 @@
--- make bench-hedge: what hedging does to the slow tail, in a real nginx
--- on 127.0.0.1.  An upstream answers in 2 ms, except a seeded 5% of the
--- copies that take 200 ms; a front (2 workers) calls it by three
--- routes: /r/none (one copy), /r/fixed (hedged after DELAY) and
--- /r/adaptive (hedged after hedge.latency's percentile), both with a
--- hedging budget of PERCENT% of the requests (budget.ratio, fresh for
--- each run).  A load generator (a second nginx, one worker) sends RATE
--- requests/s for SECONDS per route, an open loop: each request is
--- measured from the moment it was due, so a slow answer cannot hide the
--- requests queued behind it.  Request i is slow on every route alike
--- (the seed hashes the request and the copy).  The upstream's extra
--- load is counted from its access log against the front's.  Then the
--- same with every answer taking 200 ms (mode slow), where hedging can
--- win nothing and the budget must keep the extra load small.
--- nginx runs under `timeout` and is stopped by its pid.
+-- make bench-hedge: whether hedging cuts the slow tail, and is never
+-- worse than one copy, in a real nginx on 127.0.0.1.  Three nginx: the
+-- upstream (one worker, answering as the mix says: bench/hedge_mixes.lua),
+-- the front (2 workers) with three routes, /r/none (one copy),
+-- /r/fixed (hedged after DELAY) and /r/adaptive (after hedge.latency's
+-- percentile), both hedged routes as doc/hedge.md recommends them
+-- (budget.ratio { percent = PERCENT, min_per_second = MIN_PER_SECOND },
+-- a shared hedge.pace, max_attempts 3; with the mix's peers as option
+-- peers, the unhedged route taking them in turn), and a load generator
+-- (one worker): an open loop, each request measured from the moment it
+-- was due, so a slow answer cannot hide the requests queued behind it.
+-- Request i draws the same latency on every route.  The upstream's
+-- extra load is counted from its access log against the front's (also
+-- per 1 s window, by when the requests started); the front workers'
+-- CPU (utime + stime from /proc) per request of each route against the
+-- unhedged route's.  nginx runs under `timeout`, stopped by its pid.
 --   lua5.4 bench/hedge.lua ROOT
--- Settings (environment): the upstream's FAST (0.002 s), SLOW (0.2 s)
--- and SHARE (0.05: the share of slow copies); the load's RATE (300),
--- SECONDS (15), SLOW_RATE (100), SLOW_SECONDS (10); hedging's DELAY
--- (0.01: the fixed route), PERCENTILE (90), MIN_DELAY (0.005), MAX_DELAY
--- (1) (the adaptive route) and PERCENT (10: the budget).  The issue's
--- targets are checked for the default upstream; with another, the
--- shape is shown: the tail against the delay plus FAST, the extra load
--- against SHARE.
+-- Settings (environment): MIXES (all: c5,b10,slow,queue,peers),
+-- SECONDS (each mix's own: 8), DELAY (0.01), PERCENTILE (90), MIN_DELAY
+-- (0.005), MAX_DELAY (1), PERCENT (10), MIN_PER_SECOND (1).
 local ROOT = assert(arg[1], "usage: hedge.lua ROOT")
 local H = dofile(ROOT .. "/spec/nginx/harness.lua")
+local ALL = dofile(ROOT .. "/bench/hedge_mixes.lua")
 local SUT = ROOT .. "/build/bench-hedge"
+local UP = ROOT .. "/build/bench-hedge-up"
 local LOAD = ROOT .. "/build/bench-hedge-load"
 
 local function setting(name, default)
   return tonumber(os.getenv(name) or "") or default
 end
-local RATE, SECONDS = setting("RATE", 300), setting("SECONDS", 15)
-local SLOW_RATE = setting("SLOW_RATE", 100)
-local SLOW_SECONDS = setting("SLOW_SECONDS", 10)
-local S = { FAST = setting("FAST", 0.002), SLOW = setting("SLOW", 0.2),
-  SHARE = setting("SHARE", 0.05), DELAY = setting("DELAY", 0.01),
+local SECONDS = setting("SECONDS", nil)
+local S = { DELAY = setting("DELAY", 0.01),
   PERCENTILE = setting("PERCENTILE", 90),
   MIN_DELAY = setting("MIN_DELAY", 0.005),
-  MAX_DELAY = setting("MAX_DELAY", 1), PERCENT = setting("PERCENT", 10) }
-local ROUTES = { "none", "fixed", "adaptive" }
-local DEFAULT_MIX = S.FAST == 0.002 and S.SLOW == 0.2 and S.SHARE == 0.05
+  MAX_DELAY = setting("MAX_DELAY", 1), PERCENT = setting("PERCENT", 10),
+  MIN_PER_SECOND = setting("MIN_PER_SECOND", 1) }
+local MIXES = {}
+for name in (os.getenv("MIXES") or "c5,b10,slow,queue,peers")
+            :gmatch("[^,]+") do
+  MIXES[#MIXES + 1] = assert(ALL[name], "no mix " .. name)
+end
 
 local function ms(s) return ("%.1f"):format(s * 1000) end
 
@@ -50,13 +49,34 @@ local function start(prefix, template, vars, limit)
   if not ok then error("nginx did not start:\n" .. err) end
 end
 
+-- the front workers' CPU seconds so far (utime + stime, 100 ticks/s)
+local function front_cpu()
+  local master = H.read_file(SUT .. "/logs/nginx.pid"):match("%d+")
+  local f = io.popen("cat /proc/[0-9]*/stat 2>/dev/null")
+  local text = f:read("a")
+  f:close()
+  local ticks = 0
+  for line in text:gmatch("[^\n]+") do
+    local rest = line:match("%) (.*)$")
+    if rest then
+      local fields = {}
+      for x in rest:gmatch("%S+") do fields[#fields + 1] = x end
+      -- after "(comm) ": state, ppid, ..., utime is field 12, stime 13
+      if fields[2] == master then
+        ticks = ticks + tonumber(fields[12]) + tonumber(fields[13])
+      end
+    end
+  end
+  return ticks / 100
+end
+
 -- one run of the load generator; the fields it answered
-local function load(port, route, mode, tag, rate, seconds)
-  local body, status = H.get(port, ("/load?route=%s&mode=%s&tag=%s&"
-    .. "rate=%s&seconds=%s&seq0=0"):format(route, mode, tag, rate, seconds),
-    seconds + 60)
+local function load(port, q)
+  local body, status = H.get(port, ("/load?route=%s&mix=%s&phase=%s&tag=%s"
+    .. "&bk=%s&rate=%s&seconds=%s&seq0=0"):format(q.route, q.mix, q.phase,
+    q.tag, q.bk, q.rate, q.seconds), q.seconds + 60)
   if status ~= 200 then
-    error(("load %s %s: %s %s"):format(route, mode, tostring(status),
+    error(("load %s %s: %s %s"):format(q.route, q.mix, tostring(status),
                                        tostring(body)))
   end
   local r = H.fields(body, " \n")
@@ -64,100 +84,162 @@ local function load(port, route, mode, tag, rate, seconds)
   return r
 end
 
--- requests per tag in an access log whose first field is the tag
-local function count(path)
-  local t = {}
-  for line in H.read_file(path):gmatch("[^\n]+") do
-    local tag = line:match("^(%S+)")
-    t[tag] = (t[tag] or 0) + 1
+local function run_mix(ports, mix, results)
+  local seconds = SECONDS or mix.seconds
+  local function go(route, phase, tag, rate, secs)
+    return load(ports.load, { route = route, mix = mix.name, phase = phase,
+      tag = tag, bk = mix.name, rate = rate, seconds = secs })
   end
-  return t
+  if not mix.calm then           -- the estimator learns the mix first
+    go("adaptive", "run", "warm", mix.rate, 2)
+  end
+  for _, route in ipairs(mix.routes) do
+    if mix.calm then             -- the same budget, pace and estimator
+      go(route, "calm", mix.name .. "-calm-" .. route, mix.calm.rate,
+         mix.calm.seconds)
+    end
+    local tag = mix.name .. "-" .. route
+    local cpu0 = front_cpu()
+    local r = go(route, "run", tag, mix.rate, seconds)
+    r.cpu = front_cpu() - cpu0
+    r.mix, r.route, r.tag = mix, route, tag
+    results[#results + 1] = r
+  end
 end
 
 local function main()
   local ports = { front = H.free_port(), up = H.free_port(),
                   load = H.free_port() }
-  local total = 2 * 3 * (SECONDS + SLOW_SECONDS) + 120
+  local total = 600
   local vars = { ROOT = ROOT, PORT = ports.front, UP = ports.up }
   for k, v in pairs(S) do vars[(k:gsub("_", ""))] = tostring(v) end
+  start(UP, "/bench/hedge_up.conf.in", { ROOT = ROOT, PORT = ports.up },
+        total)
   start(SUT, "/bench/hedge.conf.in", vars, total)
   start(LOAD, "/bench/hedge_load.conf.in", { ROOT = ROOT,
     PORT = ports.load, FRONT = ports.front }, total)
-  print(("front: 2 workers; upstream %s ms, a seeded %s%% of copies %s "
-    .. "ms; load: open loop, %d req/s x %d s per route (slow mode: every "
-    .. "copy %s ms, %d x %d)"):format(ms(S.FAST), S.SHARE * 100,
-    ms(S.SLOW), RATE, SECONDS, ms(S.SLOW), SLOW_RATE, SLOW_SECONDS))
   print(("hedging: policy max_attempts 3; fixed delay %s s; adaptive "
     .. "hedge.latency { percentile = %s, min_delay = %s, max_delay = %s }; "
-    .. "budget.ratio { percent = %s, min_per_second = 0, ttl = 10 } per "
-    .. "run"):format(S.DELAY, S.PERCENTILE, S.MIN_DELAY, S.MAX_DELAY,
-    S.PERCENT))
+    .. "budget.ratio { percent = %s, min_per_second = %s, ttl = 10 } and "
+    .. "hedge.pace { percent = %s } per mix and route, shared"):format(
+    S.DELAY, S.PERCENTILE, S.MIN_DELAY, S.MAX_DELAY, S.PERCENT,
+    S.MIN_PER_SECOND, S.PERCENT))
+  print("front: 2 workers; upstream: 1 worker; load: 1 worker, open loop")
   print("load average before: " .. H.read_file("/proc/loadavg")
     :gsub("\n", ""))
-  -- warm up: JIT traces, connection pools, then each mode's estimator
-  load(ports.load, "none", "mixed", "warm", RATE, 2)
-  load(ports.load, "adaptive", "mixed", "warm", RATE, 3)
+  -- warm up: JIT traces, connection pools
+  load(ports.load, { route = "none", mix = "c5", phase = "run",
+    tag = "warm", bk = "warm", rate = 200, seconds = 2 })
   local results = {}
-  for _, mode in ipairs { "mixed", "slow" } do
-    local rate = mode == "mixed" and RATE or SLOW_RATE
-    local seconds = mode == "mixed" and SECONDS or SLOW_SECONDS
-    if mode == "slow" then
-      load(ports.load, "adaptive", "slow", "warm", rate, 3)
-    end
-    for _, route in ipairs(ROUTES) do
-      local tag = mode .. "-" .. route
-      local r = load(ports.load, route, mode, tag, rate, seconds)
-      r.mode, r.route, r.tag = mode, route, tag
-      results[#results + 1] = r
-    end
+  for _, mix in ipairs(MIXES) do
+    print(("mix %s: %s; %d req/s x %d s per route%s"):format(mix.name,
+      mix.what, mix.rate, SECONDS or mix.seconds, mix.calm
+      and (" (after %d s calm at %d req/s)"):format(mix.calm.seconds,
+      mix.calm.rate) or ""))
+    run_mix(ports, mix, results)
   end
   print("metrics (front): " .. (H.get(ports.front, "/metrics", 5) or "")
     :gsub("# [^\n]*\n", ""):gsub("\n", "; "))
-  H.stop_nginx(LOAD)
-  H.stop_nginx(SUT)
+  print("load average after: " .. H.read_file("/proc/loadavg")
+    :gsub("\n", ""))
   return results
 end
 
+------------------------------------------------------------------------
+-- the report
+
+-- per tag: requests, and their starts (seconds) from the access log
+local function starts(path)
+  local t = {}
+  for line in H.read_file(path):gmatch("[^\n]+") do
+    local tag, msec, took = line:match("^(%S+) (%S+) (%S+)")
+    local s = t[tag]
+    if not s then s = { n = 0 } t[tag] = s end
+    s.n = s.n + 1
+    s[s.n] = tonumber(msec) - tonumber(took)
+  end
+  return t
+end
+
+-- the extra load per 1 s window after the first: the worst
+local function worst_window(f, u)
+  if not f or not u then return 0, 0 end
+  local t0 = math.huge
+  for i = 1, f.n do if f[i] < t0 then t0 = f[i] end end
+  local fw, uw = {}, {}
+  for i = 1, f.n do
+    local w = math.floor(f[i] - t0)
+    fw[w] = (fw[w] or 0) + 1
+  end
+  for i = 1, u.n do
+    local w = math.floor(u[i] - t0)
+    uw[w] = (uw[w] or 0) + 1
+  end
+  local worst, at = 0, 0
+  for w, n in pairs(fw) do
+    if w >= 1 and n >= 20 then
+      local e = ((uw[w] or 0) - n) / n
+      if e > worst then worst, at = e, w end
+    end
+  end
+  return worst, at
+end
+
 local function report(results)
-  local front = count(SUT .. "/logs/front.log")
-  local up = count(SUT .. "/logs/up.log")
-  print(("%-6s %-9s %8s %8s %7s %8s %8s %9s %8s %6s"):format("mode",
+  local front, up = starts(SUT .. "/logs/front.log"),
+                    starts(UP .. "/logs/up.log")
+  print(("%-6s %-9s %8s %8s %7s %8s %8s %9s %8s %6s %8s %6s"):format("mix",
     "route", "requests", "upstream", "extra", "p50 ms", "p99 ms",
-    "p99.9 ms", "max ms", "errors"))
+    "p99.9 ms", "max ms", "errors", "cpu us/r", "x none"))
   local by = {}
   for _, r in ipairs(results) do
-    r.front, r.up = front[r.tag] or 0, up[r.tag] or 0
+    local f, u = front[r.tag], up[r.tag]
+    r.front, r.up = f and f.n or 0, u and u.n or 0
     r.extra = r.front > 0 and (r.up - r.front) / r.front or 0
+    r.us = r.front > 0 and r.cpu * 1e6 / r.front or 0
+    r.window, r.window_at = worst_window(f, u)
     by[r.tag] = r
-    print(("%-6s %-9s %8d %8d %6.1f%% %8s %8s %9s %8s %6d"):format(r.mode,
-      r.route, r.front, r.up, r.extra * 100, ms(r.p50), ms(r.p99),
-      ms(r.p999), ms(r.max), r.errors))
+    local none = by[r.mix.name .. "-none"]
+    print(("%-6s %-9s %8d %8d %6.1f%% %8s %8s %9s %8s %6d %8.0f %6s")
+      :format(r.mix.name, r.route, r.front, r.up, r.extra * 100, ms(r.p50),
+      ms(r.p99), ms(r.p999), ms(r.max), r.errors, r.us,
+      none and none.us > 0 and ("%.2f"):format(r.us / none.us) or "-"))
   end
   local missed = 0
   local function target(ok, text)
     if not ok then missed = missed + 1 end
     print((ok and "met:    " or "MISSED: ") .. text)
   end
-  local none = by["mixed-none"]
-  for _, route in ipairs { "fixed", "adaptive" } do
-    local r, s = by["mixed-" .. route], by["slow-" .. route]
-    if DEFAULT_MIX then
-      target(r.p99 <= 0.030, ("%s: p99 %s ms <= 30 ms (unhedged %s ms)")
-        :format(route, ms(r.p99), ms(none.p99)))
-      target(r.p50 <= none.p50 * 1.10, ("%s: p50 %s ms within 10%% of "
-        .. "the unhedged %s ms (%.3f x)"):format(route, ms(r.p50),
-        ms(none.p50), r.p50 / none.p50))
-      target(r.extra <= 0.10, ("%s: %.1f%% extra upstream requests <= "
-        .. "10%%"):format(route, r.extra * 100))
-      target(s.extra <= 0.10, ("%s, every answer %s ms: %.1f%% extra "
-        .. "upstream requests <= 10%%"):format(route, ms(S.SLOW),
-        s.extra * 100))
-    else
-      print(("shape:  %s: p99 %s ms (unhedged %s ms), p50 %.3f x the "
-        .. "unhedged; %.1f%% extra requests for %s%% slow copies; every "
-        .. "answer slow: %.1f%% extra"):format(route, ms(r.p99),
-        ms(none.p99), r.p50 / none.p50, r.extra * 100, S.SHARE * 100,
-        s.extra * 100))
+  for _, mix in ipairs(MIXES) do
+    local none = by[mix.name .. "-none"]
+    for _, route in ipairs { "fixed", "adaptive" } do
+      local r = by[mix.name .. "-" .. route]
+      local name = mix.name .. " " .. route
+      if mix.cut then
+        target(r.p99 <= none.p99 * mix.cut, ("%s: p99 %s ms <= %.2f x "
+          .. "the unhedged %s ms"):format(name, ms(r.p99), mix.cut,
+          ms(none.p99)))
+      end
+      if mix.never_worse then
+        target(r.p50 <= none.p50 * 1.1 + 0.0005, ("%s: p50 %s ms <= 1.1 x "
+          .. "the unhedged %s ms + 0.5 ms"):format(name, ms(r.p50),
+          ms(none.p50)))
+        target(r.p99 <= none.p99 * 1.1 + 0.002, ("%s: p99 %s ms <= 1.1 x "
+          .. "the unhedged %s ms + 2 ms"):format(name, ms(r.p99),
+          ms(none.p99)))
+      end
+      target(r.extra <= S.PERCENT / 100, ("%s: %.1f%% extra upstream "
+        .. "requests <= %s%%"):format(name, r.extra * 100, S.PERCENT))
+      if mix.windows then
+        target(r.window <= S.PERCENT / 100, ("%s: the worst 1 s window "
+          .. "after the first: %.1f%% extra (second %d) <= %s%%"):format(
+          name, r.window * 100, r.window_at, S.PERCENT))
+      end
+      if r.extra < 0.10 then
+        target(r.us <= none.us * 1.3, ("%s: front CPU %.0f us per request "
+          .. "<= 1.3 x the unhedged %.0f us (%.2f x)"):format(name, r.us,
+          none.us, r.us / none.us))
+      end
     end
   end
   local errors = 0
@@ -167,15 +249,16 @@ local function report(results)
 end
 
 local ok, results = pcall(main)
-H.stop_nginx(LOAD)
-H.stop_nginx(SUT)
+for _, p in ipairs { LOAD, SUT, UP } do H.stop_nginx(p) end
 if not ok then
   io.stderr:write("bench-hedge: ", tostring(results), "\n")
   os.exit(1)
 end
 local errors = report(results)
-local bad = H.errors_logged(SUT)
-for _, l in ipairs(H.errors_logged(LOAD)) do bad[#bad + 1] = l end
+local bad = {}
+for _, p in ipairs { SUT, UP, LOAD } do
+  for _, l in ipairs(H.errors_logged(p)) do bad[#bad + 1] = l end
+end
 if #bad > 0 then
   io.stderr:write("bench-hedge: nginx logged errors:\n",
     table.concat(bad, "\n", 1, math.min(#bad, 20)), "\n")

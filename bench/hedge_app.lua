@@ -1,34 +1,60 @@
 -- The OpenResty side of bench/hedge.lua (make bench-hedge): the
--- upstream, the front's three routes, and the load generator.
+-- upstream (its own nginx), the front's three routes, and the load
+-- generator.  The mixes are bench/hedge_mixes.lua's.
 -- luacheck: globals ngx
 local backoff = require "backoff"
 local budget = require "backoff.budget"
 local hedge = require "backoff.hedge"
 local metrics = require "backoff.metrics"
+local MIXES = require "hedge_mixes"
 
 local app = {}
 
-local floor = math.floor
-local SEED = "backoff-hedge-bench-1"
+local floor, log = math.floor, math.log
+local SEED = "backoff-hedge-bench-2"
 
 ------------------------------------------------------------------------
 -- the upstream
 
-local S                     -- the settings: up, delay, percentile, ...
+-- a draw in [0, 1) from (seed, request, copy, what): the same requests
+-- are slow on every run and every route, and a request's copies draw
+-- apart
+local function draw(seq, a, what)
+  return ngx.crc32_long(SEED .. ":" .. seq .. ":" .. a .. ":" .. what)
+         / 4294967296
+end
 
--- a copy is slow when the hash of (seed, request, copy) falls in the
--- lowest share (5%): the same requests are slow on every run and every
--- route, and a request's copies draw apart
-local function slow(seq, a)
-  return ngx.crc32_long(SEED .. ":" .. seq .. ":" .. a) / 4294967296
-         < S.share
+local queues = {}                 -- semaphores, per mix and peer
+
+-- wait for a slot of queue q (one per mix and peer), serve, free it
+local function queued(name, q, seq, a)
+  local sem = queues[name]
+  if not sem then
+    sem = require("ngx.semaphore").new(q.slots)
+    queues[name] = sem
+  end
+  local ok = sem:wait(30)
+  if not ok then return end
+  ngx.sleep(-q.mean * log(1 - draw(seq, a, "service")))
+  sem:post(1)
 end
 
 function app.up()
   local seq, a = ngx.var.arg_seq, ngx.var.arg_a
-  local wait = S.fast
-  if ngx.var.arg_mode == "slow" or slow(seq, a) then wait = S.slow end
-  ngx.sleep(wait)
+  local mix = MIXES[ngx.var.arg_mix]
+  local phase = ngx.var.arg_phase
+  local peer = tonumber(ngx.var.arg_peer)
+  local q = mix.queue or peer and mix.peer_queue and mix.peer_queue[peer]
+  if q then
+    queued(mix.name .. ":" .. (peer or 0), q, seq, a)
+  else
+    local fast = phase == "calm" and mix.calm.fast or mix.fast
+    local wait = fast
+    if phase ~= "calm" and draw(seq, a, "slow") < mix.share then
+      wait = mix.slow
+    end
+    ngx.sleep(wait)
+  end
   ngx.header["Content-Length"] = 3
   ngx.print("ok\n")
 end
@@ -36,36 +62,40 @@ end
 ------------------------------------------------------------------------
 -- the front
 
+local S                     -- the settings: delay, percentile, ...
 local policy
-local estimators, budgets, recorders = {}, {}, {}
+local estimators, budgets, paces, recorders = {}, {}, {}, {}
 
 function app.init(settings)
   S = settings
   policy = backoff.constant { delay = 0, max_attempts = 3 }
 end
 
--- one estimator per run mode, one budget per run and route (fresh: a
--- run does not spend what another earned)
-local function estimator(mode)
-  local e = estimators[mode]
+-- per run key (the mix's runs share theirs when it has a calm run
+-- first): an estimator, and per route a budget and a pace, as
+-- doc/hedge.md recommends them
+local function estimator(k)
+  local e = estimators[k]
   if not e then
-    e = hedge.latency { shared = ngx.shared.hedge, key = "lat:" .. mode,
+    e = hedge.latency { shared = ngx.shared.hedge, key = "lat:" .. k,
       percentile = S.percentile, min_delay = S.min_delay,
       max_delay = S.max_delay }
-    estimators[mode] = e
+    estimators[k] = e
   end
   return e
 end
 
-local function budget_of(tag, route)
-  local k = tag .. ":" .. route
+local function budget_of(k, route)
+  k = k .. ":" .. route
   local b = budgets[k]
   if not b then
     b = budget.ratio { shared = ngx.shared.hedge_budget, key = k,
-      percent = S.percent, min_per_second = 0, ttl = 10 }
+      percent = S.percent, min_per_second = S.min_per_second, ttl = 10 }
     budgets[k] = b
+    paces[k] = hedge.pace { shared = ngx.shared.hedge_budget,
+      key = "pace:" .. k, percent = S.percent }
   end
-  return b
+  return b, paces[k]
 end
 
 local function recorder(route)
@@ -83,7 +113,7 @@ local function fetch(path, t, cancel)
   if t then
     sock:settimeouts(t.connect, t.send, t.read)
   else
-    sock:settimeouts(2000, 2000, 2000)
+    sock:settimeouts(5000, 5000, 5000)
   end
   local ok, err = sock:connect("127.0.0.1", S.up)
   if not ok then return nil, err, "connect" end
@@ -112,20 +142,45 @@ end
 local never = { cancelled = false }
 function never.on_cancel(_, x) return x end
 
+local turn = 0
+
+-- the mix's peers: 1 .. n
+local function peers_of(mix)
+  if not mix.peers then return nil end
+  local list = mix.peer_list
+  if not list then
+    list = {}
+    for i = 1, mix.peers do list[i] = i end
+    mix.peer_list = list
+  end
+  return list
+end
+
 function app.route(route)
-  local seq, mode, tag = ngx.var.arg_seq, ngx.var.arg_mode, ngx.var.arg_tag
-  local base = ("/up?seq=%s&mode=%s&tag=%s&route=%s&a="):format(seq, mode,
-                                                               tag, route)
-  local function do_request(a, t, cancel)
+  local v = ngx.var
+  local mix = MIXES[v.arg_mix]
+  local base = ("/up?seq=%s&mix=%s&phase=%s&tag=%s&route=%s&a=")
+    :format(v.arg_seq, mix.name, v.arg_phase, v.arg_tag, route)
+  local peers = peers_of(mix)
+  local function do_request(a, t, cancel, peer)
+    if peer then return fetch(base .. a .. "&peer=" .. peer, t, cancel) end
     return fetch(base .. a, t, cancel)
   end
   local status, err
   if route == "none" then
-    status, err = do_request(1, nil, never)
+    local peer
+    if peers then                     -- round robin, unhedged
+      turn = turn % #peers + 1
+      peer = peers[turn]
+    end
+    status, err = do_request(1, nil, never, peer)
   else
+    local k = v.arg_bk
+    local bud, pace = budget_of(k, route)
     status, err = hedge.request(policy, do_request, { method = "GET",
-      delay = route == "fixed" and S.delay or estimator(mode),
-      budget = budget_of(tag, route), metrics = recorder(route) })
+      delay = route == "fixed" and S.delay or estimator(k),
+      budget = bud, pace = pace, peers = peers,
+      metrics = recorder(route) })
   end
   if status ~= 200 then
     ngx.status = 502
@@ -174,14 +229,15 @@ local function percentile(sorted, p)
   return sorted[i]
 end
 
--- /load?route=R&mode=M&tag=T&rate=N&seconds=S&seq0=K: rate x seconds
--- requests, the i-th due at start + (i - 1) / rate, each measured from
--- when it was due to when its answer was read
+-- /load?route=R&mix=M&phase=P&tag=T&bk=K&rate=N&seconds=S&seq0=K:
+-- rate x seconds requests, the i-th due at start + (i - 1) / rate, each
+-- measured from when it was due to when its answer was read
 function app.load()
   local q = ngx.req.get_uri_args()
   local rate, seconds = tonumber(q.rate), tonumber(q.seconds)
   local n, seq0 = floor(rate * seconds), tonumber(q.seq0) or 0
-  local path = ("/r/%s?mode=%s&tag=%s&seq="):format(q.route, q.mode, q.tag)
+  local path = ("/r/%s?mix=%s&phase=%s&tag=%s&bk=%s&seq="):format(q.route,
+    q.mix, q.phase, q.tag, q.bk)
   local lat, threads, errors = {}, {}, 0
   local t0 = now()
   local function one(i, due)

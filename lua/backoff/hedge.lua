@@ -33,58 +33,24 @@ local check = require "backoff.check"
 local util = require "backoff.util"
 local gate_mod = require "backoff.hedge.gate"
 local latency = require "backoff.hedge.latency"
+local pace_mod = require "backoff.hedge.pace"
 local options = require "backoff.hedge.options"
+local token = require "backoff.hedge.token"
+local peers_mod = require "backoff.hedge.peers"
+local hint_mod = require "backoff.http.hint"
 
-local error, getmetatable, pcall, select, setmetatable, type =
-      error, getmetatable, pcall, select, setmetatable, type
+local error, pcall, select, tonumber, type =
+      error, pcall, select, tonumber, type
 local unpack = table.unpack or unpack       -- luacheck: ignore
 local huge = math.huge
-local callable, has_method, repr = util.callable, util.has_method, util.repr
+local callable, repr = util.callable, util.repr
+local new_token, close = token.new, token.close
 local is_timeout = require("backoff.budget").is_timeout
 local tpcall = setup.tpcall
 
 local M = {}
 
 local WHO = "backoff.hedge.request"
-
-------------------------------------------------------------------------
--- the cancel token each copy gets: cancel.cancelled (a field to poll),
--- cancel:on_cancel(x) (x closed, or called, when the copy is cancelled)
-
-local Token = { __name = "backoff.hedge.cancel" }
-Token.__index = Token
-
-local function close(x)
-  if type(x) == "function" then return pcall(x) end
-  return pcall(x.close, x)
-end
-
---- cancel:on_cancel(x) -> x: x (a cosocket, a lua-resty-http client:
--- anything with a close method; or a function) is closed (called) if
--- the copy is cancelled; at once when it already is
-function Token:on_cancel(x)
-  if getmetatable(self) ~= Token then
-    error("calling 'on_cancel' on bad self (a hedge's cancel token "
-          .. "expected, got " .. type(self) .. ")", 2)
-  end
-  if type(x) ~= "function" and not has_method(x, "close") then
-    error("bad argument #1 to 'on_cancel' (a socket, a client with a "
-          .. "close method or a function expected, got " .. repr(x) .. ")",
-          2)
-  end
-  if self.cancelled then
-    close(x)
-  else
-    local list = self.list
-    list[#list + 1] = x
-  end
-  return x
-end
-
-local function new_token(attempt)
-  return setmetatable({ cancelled = false, attempt = attempt, list = {} },
-                      Token)
-end
 
 ------------------------------------------------------------------------
 -- one copy's results, judged by backoff.http's rules
@@ -105,10 +71,48 @@ local function judge(o, r, i)
     sent = sent, timeout = status == nil and is_timeout(err) }
 end
 
+-- the response's headers in r (from index i), or nil
+local function fields(r1) return r1.headers or r1.header end
+local function headers_of(r, i)
+  local r1 = r[i]
+  if type(r1) == "number" then return r[i + 1] end
+  if type(r1) ~= "table" then return nil end
+  local ok, hs = pcall(fields, r1)
+  return ok and hs or nil
+end
+
+-- the server's pushback (option pushback: a header of milliseconds),
+-- read from any copy's response: no more hedges for this request, and
+-- for the pace's upstream none for that long (gRFC A6: a value that is
+-- not a count of milliseconds stops this request's hedges only)
+local function pushback(st, r, i)
+  local name = st.o.pushback
+  if not name then return end
+  local v = hint_mod.header(headers_of(r, i), name)
+  if v == nil then return end
+  st.no_hedge = "pushback"
+  local n = tonumber(v)
+  local pace = st.o.pace
+  if pace and n and n >= 0 and n < 2 ^ 31 and n == math.floor(n)
+     and v:match("^%s*%d+%s*$") then
+    pace:pause(n / 1000)
+  end
+end
+
 ------------------------------------------------------------------------
 -- the end of a request
 
+-- the pace learns whether this request's hedges paid
+local function outcome(st, won)
+  local pace, n = st.o.pace, st.hedges
+  if pace and n and n > 0 then
+    st.hedges = 0
+    pace:outcome(n, won)
+  end
+end
+
 local function give_up(st, f, reason)
+  outcome(st, false)
   local err, res = f and f.err, f and f.res
   st.gate:finish(false, reason, st.hints, err, res)
   return nil, err, reason, res
@@ -142,6 +146,10 @@ local function cancel(st, c)
   local tok = c.token
   tok.cancelled = true
   st.ngx.thread.kill(c.thread)
+  if st.peers then
+    local now = st.gate:now()
+    st.peers:done(c.peer_i, now - c.t0, now)
+  end
   local list = tok.list
   for i = 1, #list do close(list[i]) end
   st.gate:cancelled(c.attempt)
@@ -161,6 +169,8 @@ end
 -- cancelled, then the run counted
 local function answered(st, c, r, i, err)
   local g = st.gate
+  pushback(st, r, i)
+  outcome(st, c.kind == "hedge" and not err)
   if err then                      -- a final 5xx: returned, not a success
     g:failed(c.attempt, g:now() - c.t0)
     cancel_all(st)
@@ -183,6 +193,7 @@ end
 -- it came) or returned something of the wrong shape (a message)
 local function failed_hard(st, c, took, err, message)
   local g = st.gate
+  outcome(st, false)
   g:failed(c.attempt, took)
   cancel_all(st)
   g:finish(false, "error", st.hints)
@@ -202,9 +213,12 @@ local function run_alone(st)
     if not ok then return give_up(st, f, t) end
     if attempt > 1 and o.on_hedge then o.on_hedge(f.err, attempt, f.res) end
     local t0 = g:now()
+    local pk, peer, pi = st.peers, nil, nil
+    if pk then peer, pi = pk:choose(attempt, t0) end
     local r = pack(tpcall(st.do_request, attempt, timeouts_of(st, t),
-                          new_token(attempt)))
+                          new_token(attempt, peer), peer))
     local took = g:now() - t0
+    if pk then pk:done(pi, took, t0 + took) end
     local c = { attempt = attempt, t0 = t0, kind = kind }
     if not r[1] then failed_hard(st, c, took, r[2]) end
     local verdict, info = judge(o, r, 2)
@@ -234,7 +248,18 @@ end
 
 -- a copy's thread: the copy, then pcall's results
 local function copy_main(st, c, t)
-  return c, tpcall(st.do_request, c.attempt, t, c.token)
+  return c, tpcall(st.do_request, c.attempt, t, c.token, c.token.peer)
+end
+
+-- may a hedge start now (the pace, the pushback)?  Once refused, no
+-- other hedge of this request starts (copies after a failure may)
+local function hedge_allowed(st)
+  if st.no_hedge then return false end
+  local pace = st.o.pace
+  if not pace then return true end
+  local ok, why = pace:allow()
+  if not ok then st.no_hedge = why end
+  return ok
 end
 
 -- start the next copy: true, or false with st.stopped set
@@ -242,14 +267,22 @@ local function start(st, kind, f)
   local g = st.gate
   local attempt = g:attempts() + 1
   local hint = f and f.hint
+  if kind == "hedge" and not hedge_allowed(st) then return false end
   local ok, t = g:start(attempt, kind, f)
   if not ok then
     st.stopped = t
     return false
   end
   if hint and hint > 0 then st.hints = st.hints + 1 end
-  local c = { attempt = attempt, kind = kind, token = new_token(attempt),
-              t0 = g:now() }
+  if kind == "hedge" then
+    st.hedges = st.hedges + 1
+    if st.o.pace then st.o.pace:hedged() end
+  end
+  local pk, peer, pi = st.peers, nil, nil
+  local t0 = g:now()
+  if pk then peer, pi = pk:choose(attempt, t0) end
+  local c = { attempt = attempt, kind = kind, t0 = t0, peer_i = pi,
+              token = new_token(attempt, peer) }
   local live = st.live
   live[#live + 1] = c
   c.thread = st.ngx.thread.spawn(copy_main, st, c, timeouts_of(st, t))
@@ -283,6 +316,10 @@ end
 local function ended(st, c, r)
   local g, o = st.gate, st.o
   remove(st.live, c)
+  if st.peers then
+    local now = st.gate:now()
+    st.peers:done(c.peer_i, now - c.t0, now)
+  end
   local took = g:now() - c.t0
   if not r[3] then failed_hard(st, c, took, r[4]) end
   local verdict, info = judge(o, r, 4)
@@ -293,6 +330,7 @@ local function ended(st, c, r)
     failed_hard(st, c, took, nil, info)
   end
   g:failed(c.attempt, took)
+  if info.res ~= nil then pushback(st, r, 4) end
   if info.status then
     observe(st, took)
   elseif info.timeout then
@@ -313,7 +351,8 @@ end
 -- the next start planned, if it may still happen
 local function planned(st)
   local nx = st.next
-  if nx and (st.stopped or st.gate:attempts() >= st.f.max_attempts) then
+  if nx and (st.stopped or st.gate:attempts() >= st.f.max_attempts
+             or nx.kind == "hedge" and st.no_hedge) then
     st.next, nx = nil, nil
   end
   return nx
@@ -374,11 +413,13 @@ function M.request(policy, do_request, opts)
                 .. "function (got " .. type(do_request) .. ")"
                 .. options.USAGE)
   end
-  local o = options.compile(opts, f)
+  local o = options.compile(opts, f, policy)
   local ngx = options.threads()
   local st = { o = o, f = f, do_request = do_request, ngx = ngx,
-    gate = gate_mod.new(policy, f, b, o), live = {}, hints = 0 }
+    gate = gate_mod.new(policy, f, b, o), live = {}, hints = 0,
+    hedges = 0, peers = peers_mod.chooser(o.peers) }
   if not o.idem then return run_alone(st) end
+  if o.pace then o.pace:request() end
   local d = o.estimator and o.estimator:delay() or o.delay
   if type(d) ~= "number" or not (d >= 0 and d < huge) then
     check.raise(options.WHO .. ": the estimator's delay() must return a "
@@ -396,6 +437,12 @@ end
 --- latency(opts) -> an estimator of the hedging delay (latency.lua)
 function M.latency(opts)
   return (latency.new(opts))
+end
+
+--- pace(opts) -> how fast hedges may start, and whether they still
+-- pay (pace.lua)
+function M.pace(opts)
+  return (pace_mod.new(opts))
 end
 
 return M

@@ -157,6 +157,23 @@ local function metrics_checks(port)
     "/metrics has the hedge families with HELP and TYPE", text)
 end
 
+local function never_worse_checks(port)
+  local r = run(port, "peers")
+  local p1, t1, p2, t2 = (r.events or ""):match(
+    "peer 1=(%w+)/(%w+),peer 2=(%w+)/(%w+)")
+  check(r.status == "200" and r.body == "copy 2 of peers" .. n
+    and p1 and p1 == t1 and p2 == t2 and p1 ~= p2,
+    "peers: the hedge goes to another peer than the first copy's "
+    .. "(do_request's 4th argument, cancel.peer)", show(r))
+
+  r = run(port, "pushback")
+  check(r.status1 == "200" and r.hedged1 == "" and r.status2 == "200"
+    and r.body2 == "copy 1 of pushback" .. n and r.hedged2 == ""
+    and num(r.elapsed2) >= 0.29 and r.hits == "2",
+    "a hedge-pushback-ms answer stops the next request's hedge (a "
+    .. "shared hedge.pace)", show(r))
+end
+
 local function late_checks(port)
   local _, status = get(port, "/late")
   local r = fields(get(port, "/late_result"))
@@ -179,7 +196,8 @@ local function main()
     return
   end
   for _, f in ipairs { cancel_checks, answer_checks, idempotency_checks,
-                       budget_checks, adaptive_checks, late_checks,
+                       budget_checks, adaptive_checks,
+                       never_worse_checks, late_checks,
                        metrics_checks } do
     local fine, e = pcall(f, ports.main)
     check(fine, "checks ran without a Lua error", e)

@@ -41,6 +41,7 @@ function app.up()
   local wait = ms[a] or ms[#ms] or 0
   if wait > 0 then ngx.sleep(wait / 1000) end
   ngx.status = st[a] or st[#st] or 200
+  if q.pb then ngx.header["Hedge-Pushback-Ms"] = q.pb end
   local body = "copy " .. a .. " of " .. tostring(q.key) .. "\n"
   ngx.header["Content-Length"] = #body
   ngx.print(body)
@@ -190,6 +191,32 @@ cases.deadline_plain = function()
   end
 end
 
+-- peers: a slow first copy's hedge goes to another peer (each copy
+-- notes its peer)
+cases.peers = function(key)
+  local o = { peers = { "p1", "p2", "p3" } }
+  return o, function(a, t, cancel, peer)
+    note("peer " .. a .. "=" .. tostring(peer) .. "/" .. tostring(
+      cancel.peer))
+    return cosocket("GET", path_of(key, a, "ms=1000,20&peer=" .. peer),
+                    nil, t, cancel, a)
+  end
+end
+
+-- pushback: the first request's answer says "hedge-pushback-ms: 5000";
+-- the second's slow first copy is then not hedged (the pace is shared)
+local pb_pace
+cases.pushback = function(key)
+  pb_pace = pb_pace or hedge.pace { shared = ngx.shared.hedge,
+                                    key = "pushback" }
+  local k = 0
+  return { pace = pb_pace, repeat_n = 2 }, function(a, t, cancel)
+    if a == 1 then k = k + 1 end
+    local q = k == 1 and "ms=10&pb=5000" or "ms=300,20"
+    return cosocket("GET", path_of(key, a, q), nil, t, cancel, a)
+  end
+end
+
 -- lua-resty-http-shaped: the winner's body read after hedge returns
 cases.resty_shaped = function(key)
   return { read_body = true }, function(a, t, cancel)
@@ -252,6 +279,9 @@ local function one(a, o, do_request, log)
     method = o.method or "GET", headers = o.headers,
     delay = o.delay or 0.05,
     budget = o.budget or false,
+    -- these cases check the copies' mechanics: paced only where a
+    -- case asks for it
+    pace = o.pace or false, peers = o.peers,
     metrics = metrics.new(a.case, { shared = ngx.shared.metrics }),
     on_hedge = function(err, attempt)
       hedged[#hedged + 1] = attempt .. ":" .. tostring(err)

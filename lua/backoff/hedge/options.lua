@@ -9,8 +9,10 @@ local setup = require "backoff.setup"
 local phase = require "backoff.phase"
 local util = require "backoff.util"
 local rules = require "backoff.http.rules"
+local pace_mod = require "backoff.hedge.pace"
 
-local rawget, tostring, type = rawget, tostring, type
+local getmetatable, rawget, setmetatable, tostring, type =
+      getmetatable, rawget, setmetatable, tostring, type
 local raise, has_method = check.raise, util.has_method
 
 local M = {}
@@ -37,11 +39,39 @@ local delay_rule = check.custom("a number of seconds >= 0 or a "
     return has_method(v, "delay") and has_method(v, "observe")
   end)
 
+-- peers: a list of peers (any values) or a function(attempt, tried)
+local peers_rule = check.custom("a non-empty list of peers, or a "
+  .. "function(attempt, tried) returning the peer of copy 'attempt'",
+  function(v)
+    if util.callable(v) then return true end
+    if type(v) ~= "table" or v[1] == nil then return false end
+    for k in pairs(v) do
+      if type(k) ~= "number" or k ~= math.floor(k) or k < 1 or k > #v then
+        return false
+      end
+    end
+    return true
+  end)
+
+-- pace: a hedge.pace, or false (no pacing, said on purpose)
+local pace_rule = check.custom("a hedge.pace object, or false for no "
+  .. "pacing", function(v)
+    return v == false or getmetatable(v) == pace_mod.metatable
+  end)
+
+-- pushback: the name of a response header, or false to read none
+local pushback_rule = check.custom("a header name, or false to read none",
+  function(v)
+    return v == false or type(v) == "string"
+      and v:match("^[%w!#$%%&'*+.^_`|~-]+$") ~= nil
+  end)
+
 -- backoff.http's options and those of the runner's that a hedge uses
 -- (it does not sleep between copies: no sleep; it bounds its copies by
 -- max_attempts: no unlimited)
 local own = { delay = delay_rule, budget = budget_rule,
-              on_hedge = check.fn{ callable = true } }
+              on_hedge = check.fn{ callable = true }, peers = peers_rule,
+              pace = pace_rule, pushback = pushback_rule }
 for k, r in pairs(rules.OPTIONS) do own[k] = r end
 for _, k in ipairs { "breaker", "metrics", "max_hint", "min_attempt_time",
                      "retry_cost", "on_giveup", "on_success" } do
@@ -50,6 +80,31 @@ end
 local check_opts = check.validator(WHO, own)
 
 local DEFAULT_MAX_HINT = 60
+local DEFAULT_PUSHBACK = "hedge-pushback-ms"
+M.MAX_COPIES = 5                  -- gRFC A6's cap on max_attempts
+
+-- the default pace: one per worker and budget (the policy when budget =
+-- false), at the budget's percent when it has one
+local paces = setmetatable({}, { __mode = "k" })
+
+local function default_pace(opts, policy)
+  local owner = opts.budget or policy
+  local p = paces[owner]
+  if p then return p end
+  local percent = 10
+  local bud = opts.budget
+  if bud and util.has_method(bud, "percent") then
+    local ok, v = pcall(bud.percent, bud)
+    if ok and type(v) == "number" and v >= 0 and v <= 100 then
+      percent = v
+    end
+  end
+  p = pace_mod.new { percent = percent, shared = false }
+  if type(owner) == "table" or type(owner) == "userdata" then
+    paces[owner] = p
+  end
+  return p
+end
 
 -- A hedge is a second copy while the first is slow: a delay not below
 -- the policy's deadline would never send one (50 for 50 ms turned
@@ -77,11 +132,12 @@ local function delay_units(f, opts)
   end
 end
 
---- options.compile(opts [, f]) -> o: the checked options, with idem (may
--- a copy be sent while another is in flight), statuses, estimator,
--- max_hint; `opts` itself is what the engine reads as ropts; f, the
--- policy's facts, bounds the delay (its deadline)
-function M.compile(opts, f)
+--- options.compile(opts, f, policy) -> o: the checked options, with idem
+-- (may a copy be sent while another is in flight), statuses, estimator,
+-- max_hint, peers, pushback, pace; `opts` itself is what the engine
+-- reads as ropts; f, the policy's facts, bounds the delay (its
+-- deadline); the policy owns the default pace when there is no budget
+function M.compile(opts, f, policy)
   if type(opts) ~= "table" then
     raise(("%s: options must be a table (got %s): method, delay and "
            .. "budget are required"):format(WHO, type(opts)))
@@ -96,7 +152,16 @@ function M.compile(opts, f)
   local idem, statuses = rules.settings(WHO, opts)
   local o = { ropts = opts, idem = idem, statuses = statuses,
               timeouts = opts.timeouts, on_hedge = opts.on_hedge,
-              max_hint = opts.max_hint or DEFAULT_MAX_HINT }
+              max_hint = opts.max_hint or DEFAULT_MAX_HINT,
+              peers = opts.peers }
+  local pb = opts.pushback
+  if pb == nil then pb = DEFAULT_PUSHBACK end
+  o.pushback = pb or nil
+  if idem then
+    local pace = opts.pace
+    if pace == nil then pace = default_pace(opts, policy) end
+    o.pace = pace or nil
+  end
   if type(opts.delay) == "number" then
     o.delay = opts.delay
   else
@@ -112,6 +177,12 @@ function M.policy(policy)
   if f.max_attempts <= 0 then
     raise(WHO .. ": the policy needs max_attempts (the most copies of a "
           .. "request, the first included)")
+  end
+  if f.max_attempts > M.MAX_COPIES then
+    raise(("%s: the policy's max_attempts must be <= %d for hedging (got "
+      .. "%d): gRFC A6 caps a hedged request at %d copies, more only "
+      .. "adds load"):format(WHO, M.MAX_COPIES, f.max_attempts,
+      M.MAX_COPIES, M.MAX_COPIES))
   end
   return f, b
 end
