@@ -1,6 +1,7 @@
 -- The store's rule for values an object did not write, inside a real
 -- nginx (Debian's nginx + libnginx-mod-http-lua): every shared object
--- (the five budget kinds, the breaker, the latency estimator, metrics)
+-- (the five budget kinds, the breaker, the latency estimator, the
+-- hedging pace, metrics)
 -- is used on one lua_shared_dict, then every key of the dict is
 -- overwritten with a value it cannot have written (text, NaN, the
 -- infinities, a negative count, a huge one, a fraction, a boolean, an
@@ -61,10 +62,12 @@ local function main()
     r = fields(get("/use?dt=0.5"))
     local delay = tonumber(r.delay)
     check(r.token == "true" and r.grpc == "true" and r.earned == "true"
-      and r.adaptive == "true" and r.breaker == "true" and delay
+      and r.adaptive == "true" and r.breaker == "true"
+      and r.pace == "true" and delay
       and delay == delay and delay > 0 and delay < 2, ("value %d under "
       .. "all %d keys: every budget allows a retry, the breaker an "
-      .. "attempt, the delay is finite"):format(v, #keys), get("/keys"))
+      .. "attempt, the pace a hedge, the delay is finite"):format(v, #keys),
+      get("/keys"))
     -- a ratio budget's slice may hold any count its traffic could make:
     -- a huge negative one refuses, for at most its window (10 s)
     if r.ratio ~= "true" then

@@ -28,6 +28,7 @@ local function build()
       policy = backoff.constant { delay = 2 } },
     latency = hedge.latency { shared = d, key = "lat", clock = clock },
     metrics = metrics.new { key = "api", shared = d },
+    pace = hedge.pace { shared = d, key = "pace", clock = clock },
   }
 end
 
@@ -44,13 +45,19 @@ local function use(fail)
   if ok then o.breaker:record(not fail, ticket) end
   o.latency:observe(fail and 0.2 or 0.01)
   o.metrics:run(not fail, 2, fail and "max_attempts" or nil, 0)
+  o.pace:request()
+  if o.pace:allow() then
+    o.pace:hedged()
+    o.pace:outcome(1, not fail)
+  end
+  if fail then o.pace:pause(0.1) end
   local c = o.metrics:counts()
   return {
     token = o.token:allows(), grpc = o.grpc:allows(),
     earned = o.earned:allows(), ratio = o.ratio:allows(),
     adaptive = o.adaptive:allows(), breaker = o.breaker:allows(),
     state = o.breaker:state(), delay = o.latency:delay(),
-    attempts = c.attempts,
+    attempts = c.attempts, pace = o.pace:allow(),
   }
 end
 
@@ -62,7 +69,7 @@ function app.use()
   t = t + (tonumber(a.dt) or 0)
   local r = use(a.fail == "1")
   for _, k in ipairs { "token", "grpc", "earned", "ratio", "adaptive",
-                       "breaker", "state", "delay", "attempts" } do
+                       "breaker", "state", "delay", "attempts", "pace" } do
     ngx.say(k, "=", tostring(r[k]))
   end
 end
