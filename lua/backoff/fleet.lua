@@ -1,0 +1,263 @@
+-- backoff.fleet: breakers that see the fleet, through Redis, with no
+-- network on the request path.  doc/fleet.md is the reference.
+--
+--   -- init_by_lua: built once, before the fork
+--   local fleet = require("backoff.fleet").new {
+--     shared = ngx.shared.fleet, host = "gw-7",
+--     redis = { host = "10.0.0.5", port = 6379, password = "..." } }
+--   api_breaker = fleet:breaker(backoff.breaker.recommended {
+--     shared = ngx.shared.breakers, key = "users_api" })
+--   -- init_worker_by_lua
+--   fleet:start()
+--   -- any request phase: as any breaker
+--   backoff.retry(policy, fn, { breaker = api_breaker })
+--
+-- Each decision reads the host's dicts only: the guarded breaker asks
+-- backoff.fleet.view (one dict get) and then the host's own breaker.
+-- A timer in one worker per host (elected by dict:add of a lock)
+-- syncs every `interval`: one EVALSHA (backoff.fleet.script) says which
+-- of its breakers are open on its own evidence, and answers the
+-- fleet's word per breaker (open by quorum, and whether this host
+-- probes for the fleet), which the timer writes into the host's dict.
+-- Redis down, slow, empty or poisoned: the view is deleted (or expires
+-- by itself) and each host is on its own state; one warn per interval.
+
+local check = require "backoff.check"
+local util = require "backoff.util"
+local store = require "backoff.store"
+local view = require "backoff.fleet.view"
+local redis = require "backoff.fleet.redis"
+local script = require "backoff.fleet.script"
+local guard = require "backoff.fleet.guard"
+
+local io, ipairs, pcall, rawget, setmetatable, tostring, type, unpack =
+      io, ipairs, pcall, rawget, setmetatable, tostring, type,
+      table.unpack or unpack
+
+local WHO = "backoff.fleet"
+
+------------------------------------------------------------------------
+-- options
+
+local REDIS_RULES = {
+  host = check.string { default = "127.0.0.1" },
+  port = check.count { min = 1, max = 65535, default = 6379 },
+  database = check.count { min = 0, max = 65535, default = 0 },
+  username = check.string {},
+  password = check.string {},
+  ssl = check.boolean { default = false },
+  ssl_verify = check.boolean { default = false },
+  server_name = check.string {},
+  timeout = check.number { min = 0, max = 10, open_min = true,
+                           default = 0.2 },
+}
+local redis_options = check.options(WHO .. " redis", REDIS_RULES)
+
+local RULES = {
+  shared = check.shared("fleet's view (the lock of its timer)"),
+  key = check.string { default = "backoff:fleet" },
+  redis = check.custom("a table of Redis settings (host, port, database, "
+    .. "username, password, ssl, ssl_verify, server_name, timeout)",
+    function(v) return type(v) == "table" end, {}),
+  prefix = check.string { default = "backoff:fleet:",
+    pattern = "^[^%s]+$", text = "a string without spaces (the start "
+    .. "of every Redis key)" },
+  host = check.string { pattern = "^[%w%._:/%-]+$", text = "a host's "
+    .. "name: letters, digits and . _ : / -" },
+  interval = check.number { min = 0.1, max = 60, default = 1 },
+  quorum = check.number { min = 0, max = 2 ^ 31, open_min = true,
+    default = 0.25, text = "a share in (0, 1) of the hosts, or a number "
+    .. "of hosts >= 1" },
+  min_quorum = check.count { min = 1, max = 2 ^ 31, default = 2 },
+  tenure = check.number { min = 0.1, max = 3600, default = 5 },
+  clock = check.fn {},
+  client = check.fn {},
+}
+local options = check.options(WHO, RULES)
+
+-- this host's default name: the machine's, and nginx's prefix (two
+-- nginx on one machine are two hosts)
+local function default_host(ngx)
+  local name = "host"
+  local f = io.open("/proc/sys/kernel/hostname")
+  if f then
+    name = (f:read("*l") or name):gsub("[^%w%._%-]", "")
+    f:close()
+  end
+  local prefix = ngx and ngx.config and ngx.config.prefix() or ""
+  return name .. ":" .. prefix:gsub("[^%w%._/%-]", "")
+end
+
+------------------------------------------------------------------------
+-- the object
+
+local Fleet = { __name = WHO }
+Fleet.__index = Fleet
+
+local function ngx_of() return rawget(_G, "ngx") end
+
+--- fl:breaker(br) -> br guarded by the fleet's view (the object to
+-- pass as ropts.breaker); br is synced by the timer from now on
+function Fleet:breaker(br)
+  if not (type(br) == "table" or type(br) == "userdata")
+     or type(br.state) ~= "function" or type(br.key) ~= "function" then
+    check.raise(WHO .. ":breaker: a backoff.breaker expected (got "
+                .. util.repr(br) .. ")")
+  end
+  local g = guard.new(self, br)
+  self.list[#self.list + 1] = g
+  return g
+end
+
+-- the fleet's view, deleted: each host on its own state
+local function forget(self)
+  for _, g in ipairs(self.list) do self.dict:delete(g.fk) end
+end
+
+-- one warn per interval at most
+local function warn(self, now, ...)
+  if self.warned and now - self.warned < self.interval * 0.99 then
+    return
+  end
+  self.warned = now
+  store.log("WARN", ...)
+end
+
+-- what this host says of each breaker
+local function states(self, now)
+  local list = {}
+  for i, g in ipairs(self.list) do
+    local name = g.br:state()
+    list[i] = { name = g.name,
+      state = name == "closed" and "c" or name == "open" and "o" or "h",
+      was = view.read(self.dict, g.fk, now, self.hold) == "probe" }
+  end
+  return list
+end
+
+-- the fleet's word written into the host's dict
+local function apply(self, rep, now)
+  for i, g in ipairs(self.list) do
+    local r = rep[i]
+    g.last = r
+    if r.open then
+      local u = now + self.hold
+      self.dict:set(g.fk, r.probe and -u or u, self.hold)
+    else
+      self.dict:delete(g.fk)
+    end
+  end
+end
+
+local function talk(self, list)
+  local c, err = self.client(self.redis, ngx_of())
+  if not c then return nil, err end
+  local r, e = c:eval(self.sha, script.TEXT,
+                      unpack(script.args(self, list)))
+  if r == nil then
+    c:close()
+    return nil, e
+  end
+  c:done(60000, 4)
+  return r
+end
+
+--- fl:sync() -> true, or nil and an error: one sync (what the timer
+-- does each interval in the elected worker; never in a request)
+function Fleet:sync()
+  local now = store.now(WHO, self.clock)
+  if #self.list == 0 then return true end
+  local list = states(self, now)
+  local r, err = talk(self, list)
+  local rep, foreign
+  if r ~= nil then rep, foreign = script.reply(r, #list) end
+  if not rep then
+    err = err or foreign
+    forget(self)
+    self.failures = self.failures + 1
+    warn(self, now, WHO, ": Redis at ", self.where, ": ", tostring(err),
+      ": each host is on its own state until it answers (said at most ",
+      "once per interval)")
+    return nil, err
+  end
+  for _, k in ipairs(foreign) do
+    store.log("WARN", WHO, ": a foreign value under Redis key '",
+      util.printable(k), "' (not a key of ours, or an expiry longer than ",
+      "ours): deleted, ignored")
+  end
+  self.hosts, self.syncs = rep.hosts, self.syncs + 1
+  apply(self, rep, now)
+  return true
+end
+
+-- the timer: one worker per host syncs (the lock's holder; the lock
+-- expires when its worker stops)
+local function tick(premature, self)
+  local ngx = ngx_of()
+  if premature or self.busy then return end
+  local pid, lk = ngx.worker.pid(), self.lock
+  if self.dict:get(lk) == pid then
+    self.dict:set(lk, pid, self.hold)
+  elseif not self.dict:add(lk, pid, self.hold) then
+    return
+  end
+  self.busy = true
+  local ok, err = pcall(self.sync, self)
+  self.busy = false
+  if not ok then
+    forget(self)
+    warn(self, ngx.now(), WHO, ": sync failed: ", tostring(err))
+  end
+end
+
+--- fl:start(): the timer, in init_worker_by_lua (every worker calls
+-- it; one per host syncs)
+function Fleet:start()
+  local ngx = ngx_of()
+  if not (ngx and ngx.timer) then
+    check.raise(WHO .. ":start: only inside nginx (init_worker_by_lua)")
+  end
+  local ok, err = ngx.timer.every(self.interval, tick, self)
+  if not ok then check.raise(WHO .. ":start: " .. tostring(err)) end
+  return true
+end
+
+--- fl:status() -> a table: hosts (seen by Redis), syncs, failures,
+-- and per breaker key its last word (open, probe, votes, need)
+function Fleet:status()
+  local out = { hosts = self.hosts, syncs = self.syncs,
+                failures = self.failures, breakers = {} }
+  for _, g in ipairs(self.list) do out.breakers[g.name] = g.last end
+  return out
+end
+
+function Fleet:__tostring()
+  return WHO .. ": '" .. self.host .. "' -> " .. self.where
+end
+
+local M = {}
+
+--- fleet.new(opts) -> a fleet
+function M.new(opts)
+  local o = options(opts)
+  local r = redis_options(o.redis)
+  local ngx = ngx_of()
+  local share, min = 0, o.min_quorum
+  if o.quorum < 1 then share = o.quorum
+  elseif o.quorum > min then min = o.quorum end
+  local self = setmetatable({
+    dict = store.dict(o.shared or nil, o.clock), key = o.key,
+    lock = o.key .. "|L", redis = r, where = redis.where(r),
+    prefix = o.prefix, host = o.host or default_host(ngx),
+    interval = o.interval, hold = 3 * o.interval, tenure = o.tenure,
+    share = share, min = min,
+    clock = o.clock or util.shared_clock(),
+    client = o.client or redis.connect,
+    sha = ngx and ngx.sha1_bin and script.sha1(ngx) or "0",
+    list = {}, syncs = 0, failures = 0 }, Fleet)
+  return self
+end
+
+M.view = view
+
+return M

@@ -1,0 +1,302 @@
+-- backoff.fleet without nginx: the real Redis script run on a fake
+-- Redis (spec/fleet_fake_redis.lua), four hosts, each with its own
+-- dict, breaker and fleet object, on one virtual clock.  The real
+-- Redis, real nginx and the faults are spec/nginx/fleet_redis.lua.
+local backoff = require "backoff"
+local fleet = require "backoff.fleet"
+local view = require "backoff.fleet.view"
+local script = require "backoff.fleet.script"
+local fredis = require "backoff.fleet.redis"
+local store = require "backoff.store"
+
+local T = 100
+local function clock() return T end
+local new_fake = dofile("spec/fleet_fake_redis.lua")
+
+-- n hosts on one fake Redis; each: dict, breaker (3 failures in a row,
+-- open 2 s), fleet, guard
+local function hosts(n, o)
+  o = o or {}
+  local R = new_fake(clock)
+  local list = {}
+  for i = 1, n do
+    local h = {}
+    h.dict = store.dict(nil, clock)
+    h.br = backoff.breaker.new { failures = 3, clock = clock,
+      policy = backoff.constant { delay = 2, jitter = "none" } }
+    h.fl = fleet.new { shared = false, host = "h" .. i, clock = clock,
+      client = R.client, quorum = o.quorum, tenure = o.tenure }
+    h.fl.dict = h.dict
+    h.g = h.fl:breaker(h.br)
+    list[i] = h
+  end
+  return list, R
+end
+
+local function sync_all(list)
+  for _, h in ipairs(list) do assert(h.fl:sync()) end
+end
+
+-- time passes, every host syncing once a second (as their timers do)
+local function advance(list, s)
+  for _ = 1, s * 2 do
+    T = T + 0.5
+    sync_all(list)
+  end
+end
+
+local function fail3(h)
+  for _ = 1, 3 do
+    local ok, t = h.g:allow()
+    assert(ok)
+    h.g:record(false, t)
+  end
+end
+
+describe("backoff.fleet", function()
+  before_each(function() T = 100 end)
+
+  it("checks its options, and never shows the password", function()
+    assert.has_error(function()
+      fleet.new { shared = false, interval = 0 } end,
+      "backoff.fleet: option 'interval' must be a number >= 0.1 and "
+      .. "<= 60 (got 0)")
+    assert.has_error(function()
+      fleet.new { shared = false, redis = { port = 0 } } end)
+    assert.has_error(function() fleet.new { shared = false, nope = 1 } end,
+      "backoff.fleet: unknown option 'nope'")
+    local fl = fleet.new { shared = false, host = "a", redis = {
+      host = "r1", port = 6380, database = 2, username = "gw",
+      password = "s3cret" } }
+    assert.equal("backoff.fleet: 'a' -> gw@r1:6380/2", tostring(fl))
+    assert.is_nil(tostring(fl):find("s3cret"))
+  end)
+
+  it("one host open on its own evidence: it refuses, the others do not",
+     function()
+    local list = hosts(4)
+    sync_all(list)
+    fail3(list[1])
+    sync_all(list)
+    assert.is_false((list[1].g:allow()))
+    for i = 2, 4 do assert.is_true((list[i].g:allow())) end
+    local st = list[2].fl:status()
+    assert.equal(4, st.hosts)
+    assert.same({ open = false, probe = false, votes = 1, need = 2 },
+                st.breakers["backoff:breaker"])
+  end)
+
+  it("opens by quorum: hosts that saw no failure refuse after one sync",
+     function()
+    local list = hosts(4)
+    sync_all(list)
+    fail3(list[1]) fail3(list[2])
+    -- before a sync, hosts 3 and 4 still allow
+    assert.is_true((list[3].g:allow()))
+    sync_all(list)
+    for i = 1, 4 do assert.is_false((list[i].g:allow()), "host " .. i) end
+    assert.is_false(list[3].g:allows())
+    local _, info = list[3].g:state()
+    assert.equal("open", info.fleet)
+    -- one prober among the voters
+    local probers = 0
+    for i = 1, 2 do
+      if list[i].g.last.probe then probers = probers + 1 end
+    end
+    assert.equal(1, probers)
+  end)
+
+  it("one host probes for the fleet, and its success closes the fleet",
+     function()
+    local list = hosts(4)
+    sync_all(list)
+    fail3(list[1]) fail3(list[2])
+    sync_all(list)
+    local p, q = list[1], list[2]
+    if not p.g.last.probe then p, q = q, p end
+    advance(list, 2.5)                  -- both half-open on their own
+    assert.is_false((q.g:allow()))      -- not the prober: no probe
+    for i = 3, 4 do assert.is_false((list[i].g:allow())) end
+    local ok, ticket = p.g:allow()
+    assert.is_true(ok)
+    assert.equal("table", type(ticket))  -- the breaker's own probe
+    p.g:record(true, ticket)
+    assert.equal("closed", (p.br:state()))
+    sync_all(list)                      -- the prober closes the fleet
+    for i = 3, 4 do assert.is_true((list[i].g:allow())) end
+    assert.is_false((q.g:allow()))      -- synced before the prober did
+    T = T + 1
+    sync_all(list)                      -- within one interval
+    ok, ticket = q.g:allow()            -- q probes on its own now
+    assert.is_true(ok)
+    q.g:record(true, ticket)
+    advance(list, 4)                    -- no vote is left
+    for i = 1, 4 do assert.is_true((list[i].g:allow())) end
+  end)
+
+  it("a failed fleet probe keeps it open; the next tenure elects again",
+     function()
+    local list = hosts(4, { tenure = 3 })
+    sync_all(list)
+    fail3(list[1]) fail3(list[2]) fail3(list[3])
+    sync_all(list)
+    local probes = 0
+    for _ = 1, 30 do                    -- 30 s of a dead upstream
+      T = T + 1
+      sync_all(list)
+      for i = 1, 4 do
+        local ok, t = list[i].g:allow()
+        if ok then
+          probes = probes + 1
+          list[i].g:record(false, t)
+        end
+      end
+    end
+    -- each host alone: 3 voters x 30 s / 2 s = 45 probes; the fleet:
+    -- one prober at a time, about one probe per open interval
+    assert.is_true(probes >= 5 and probes <= 16, probes)
+    assert.is_false((list[4].g:allow()))
+  end)
+
+  it("a quorum given in hosts", function()
+    local list = hosts(4, { quorum = 3 })
+    sync_all(list)
+    fail3(list[1]) fail3(list[2])
+    sync_all(list)
+    assert.is_true((list[4].g:allow()))
+    fail3(list[3])
+    sync_all(list)
+    assert.is_false((list[4].g:allow()))
+  end)
+
+  it("Redis down: each host on its own state at once; back by itself",
+     function()
+    local list, R = hosts(4)
+    sync_all(list)
+    fail3(list[1]) fail3(list[2])
+    sync_all(list)
+    assert.is_false((list[4].g:allow()))
+    R.down = "connection refused"
+    for _, h in ipairs(list) do
+      local ok, err = h.fl:sync()
+      assert.is_nil(ok)
+      assert.equal("connection refused", err)
+    end
+    assert.is_true((list[4].g:allow()))     -- its own state: closed
+    assert.is_false((list[1].g:allow()))    -- its own state: open
+    R.down = nil
+    sync_all(list)
+    assert.is_false((list[4].g:allow()))
+  end)
+
+  it("a timer that stops syncing: the view expires by itself", function()
+    local list = hosts(4)
+    sync_all(list)
+    fail3(list[1]) fail3(list[2])
+    sync_all(list)
+    assert.is_false((list[4].g:allow()))
+    T = T + 3.01                            -- 3 intervals
+    assert.is_true((list[4].g:allow()))
+  end)
+
+  it("Redis restarted empty: votes come back in one sync", function()
+    local list, R = hosts(4)
+    sync_all(list)
+    fail3(list[1]) fail3(list[2])
+    sync_all(list)
+    R.flush()
+    sync_all(list)
+    assert.is_false((list[4].g:allow()))
+    assert.equal(4, list[4].fl:status().hosts)
+  end)
+
+  it("foreign values in Redis: deleted, ignored, never a refusal",
+     function()
+    local list, R = hosts(4)
+    sync_all(list)
+    local b = math.floor(T * 1000 / 1000)
+    local pre = "backoff:fleet:b:backoff:breaker:"
+    R.data[pre .. "v:" .. b] = "poison"          -- a string for a set
+    R.data["backoff:fleet:h:" .. b] = { x = true, y = true }  -- no expiry
+    R.data[pre .. "p"] = "h9"                    -- a prober for good
+    local fake_votes = {}
+    for i = 1, 50 do fake_votes["evil" .. i] = true end
+    R.data[pre .. "v:" .. (b - 1)] = fake_votes  -- no expiry
+    sync_all(list)
+    for i = 1, 4 do assert.is_true((list[i].g:allow())) end
+    assert.is_nil(R.data[pre .. "p"])
+    assert.is_nil(R.data[pre .. "v:" .. (b - 1)])
+    -- and the fleet works on
+    fail3(list[1]) fail3(list[2])
+    sync_all(list)
+    assert.is_false((list[4].g:allow()))
+  end)
+
+  it("a reply that is not the script's is an error: own state", function()
+    local list = hosts(2)
+    for _, bad in ipairs({ "OK", { 0 }, { 2, 1, 1, 9, 1 }, { 2, 1 } }) do
+      list[1].fl.client = function()
+        return { eval = function() return bad end, done = function() end,
+                 close = function() end }
+      end
+      list[1].dict:set(list[1].g.fk, T + 1, 3)
+      local ok, err = list[1].fl:sync()
+      assert.is_nil(ok)
+      assert.equal("not the script's reply", err)
+      assert.is_nil(list[1].dict:get(list[1].g.fk))
+    end
+  end)
+
+  it("the view: foreign values in the host's dict are missing", function()
+    local d = store.dict(nil, clock)
+    for _, v in ipairs({ "open", T + 1000, -(T + 1000), 0 / 0, true }) do
+      d:set("k|Fb", v)
+      assert.is_nil(view.read(d, "k|Fb", T, 3))
+      assert.is_false(view.refuses(d, "k|Fb", T, 3))
+    end
+    d:set("k|Fb", T + 2)
+    assert.equal("open", view.read(d, "k|Fb", T, 3))
+    d:set("k|Fb", -(T + 2))
+    assert.equal("probe", view.read(d, "k|Fb", T, 3))
+    assert.equal("k|Fb", view.key("k", "b"))
+  end)
+
+  it("the client refuses to talk outside a timer", function()
+    local fake_ngx = { get_phase = function() return "content" end }
+    local c, err = fredis.connect({ host = "127.0.0.1", port = 1,
+                                    timeout = 0.1 }, fake_ngx)
+    assert.is_nil(c)
+    assert.equal("no Redis call in the content phase", err)
+  end)
+
+  it("RESP: the encoding and the replies", function()
+    assert.equal("*2\r\n$3\r\nGET\r\n$1\r\nk\r\n", fredis.encode { "GET", "k" })
+    local function sock(text)
+      local pos = 1
+      return { receive = function(_, n)
+        if n == "*l" then
+          local e = text:find("\r\n", pos, true)
+          local line = text:sub(pos, e - 1)
+          pos = e + 2
+          return line
+        end
+        local s = text:sub(pos, pos + n - 1)
+        pos = pos + n
+        return s
+      end }
+    end
+    assert.same({ 1, "ab", false, { err = "ERR x" } },
+      fredis.read(sock("*4\r\n:1\r\n$2\r\nab\r\n$-1\r\n-ERR x\r\n")))
+    assert.equal("OK", fredis.read(sock("+OK\r\n")))
+    local v, err = fredis.read(sock("-NOSCRIPT no\r\n"))
+    assert.is_nil(v)
+    assert.equal("-NOSCRIPT no", err)
+  end)
+
+  it("the script's arguments", function()
+    local a = script.args({ prefix = "p:", host = "h", interval = 1,
+      tenure = 5, share = 0.25, min = 2 },
+      { { name = "b", state = "o", was = true } })
+    assert.same({ 0, "p:", "h", 1000, 5000, 0.25, 2, "b", "o", "1" }, a)
+  end)
+end)
