@@ -186,6 +186,7 @@ function Fleet:sync()
       "ours): deleted, ignored")
   end
   self.hosts, self.syncs = rep.hosts, self.syncs + 1
+  self.dict:set(self.hk, rep.hosts, self.hold)
   apply(self, rep, now)
   return true
 end
@@ -222,11 +223,15 @@ function Fleet:start()
   return true
 end
 
---- fl:status() -> a table: hosts (seen by Redis), syncs, failures,
--- and per breaker key its last word (open, probe, votes, need)
+--- fl:status() -> a table: hosts (the hosts Redis saw at the last
+-- sync of any worker of this host, nil when none in 3 intervals);
+-- syncs, failures and per breaker key its last word (open, probe,
+-- votes, need): this worker's, when it is the one that syncs
 function Fleet:status()
-  local out = { hosts = self.hosts, syncs = self.syncs,
-                failures = self.failures, breakers = {} }
+  local hosts = self.dict:get(self.hk)
+  local out = { hosts = type(hosts) == "number" and hosts or nil,
+                syncs = self.syncs, failures = self.failures,
+                breakers = {} }
   for _, g in ipairs(self.list) do out.breakers[g.name] = g.last end
   return out
 end
@@ -247,7 +252,8 @@ function M.new(opts)
   elseif o.quorum > min then min = o.quorum end
   local self = setmetatable({
     dict = store.dict(o.shared or nil, o.clock), key = o.key,
-    lock = o.key .. "|L", redis = r, where = redis.where(r),
+    lock = o.key .. "|L", hk = o.key .. "|H", redis = r,
+    where = redis.where(r),
     prefix = o.prefix, host = o.host or default_host(ngx),
     interval = o.interval, hold = 3 * o.interval, tenure = o.tenure,
     share = share, min = min,

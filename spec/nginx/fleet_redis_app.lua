@@ -1,0 +1,62 @@
+-- The OpenResty side of spec/nginx/fleet_redis.lua: one host of the
+-- fleet.  Its own breaker (3 failures in a row open it for 1 s, no
+-- jitter) guarded by backoff.fleet, synced through Redis every 0.5 s.
+local backoff = require "backoff"
+local fleet = require "backoff.fleet"
+local fredis = require "backoff.fleet.redis"
+
+local app = {}
+local fl, guarded
+
+local INTERVAL = 0.5
+
+-- the client, counting any call outside a timer (there must be none)
+local function client(o, ngx_)
+  if ngx_.get_phase() ~= "timer" then
+    ngx.shared.stats:incr("request_phase_calls", 1, 0)
+  end
+  return fredis.connect(o, ngx_)
+end
+
+function app.init(host, redis_port)
+  fl = fleet.new { shared = ngx.shared.fleet, host = host,
+    prefix = "t:", interval = INTERVAL, tenure = 1.5,
+    redis = { port = redis_port, timeout = 0.1 }, client = client }
+  guarded = fl:breaker(backoff.breaker.new { shared = ngx.shared.breakers,
+    key = "up", failures = 3,
+    policy = backoff.constant { delay = 1, jitter = "none" } })
+end
+
+function app.init_worker() fl:start() end
+
+-- one call through the guarded breaker: "refused", or the upstream's
+-- status (probe=1 on the upstream's log for a probe)
+function app.call()
+  local ok, ticket = guarded:allow()
+  if not ok then
+    ngx.say("refused")
+    return
+  end
+  local probe = type(ticket) == "table" and "1" or "0"
+  local loc = ngx.shared.stats:get("broken") and "/bad" or "/up"
+  local res = ngx.location.capture(loc, { args = { host = fl.host,
+                                                   probe = probe } })
+  guarded:record(res.status == 200, ticket)
+  ngx.say(res.status)
+end
+
+function app.state()
+  local own, info = guarded:state()
+  local st = fl:status()
+  ngx.say("own=", own, " fleet=", info.fleet or "none", " hosts=",
+          st.hosts or "none", " rpc=",
+          ngx.shared.stats:get("request_phase_calls") or 0)
+end
+
+-- ?broken=1: this host's own path to the upstream is broken
+function app.path()
+  ngx.shared.stats:set("broken", ngx.var.arg_broken == "1")
+  ngx.say("ok")
+end
+
+return app
