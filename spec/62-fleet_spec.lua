@@ -80,6 +80,7 @@ describe("backoff.fleet", function()
     sync_all(list)
     assert.is_false((list[1].g:allow()))
     for i = 2, 4 do assert.is_true((list[i].g:allow())) end
+    assert.is_false(list[2].fl:refuses("backoff:breaker"))
     local st = list[2].fl:status()
     assert.equal(4, st.hosts)
     assert.same({ open = false, probe = false, votes = 1, need = 2 },
@@ -95,6 +96,7 @@ describe("backoff.fleet", function()
     assert.is_true((list[3].g:allow()))
     sync_all(list)
     for i = 1, 4 do assert.is_false((list[i].g:allow()), "host " .. i) end
+    assert.is_true(list[3].fl:refuses("backoff:breaker"))
     assert.is_false(list[3].g:allows())
     local _, info = list[3].g:state()
     assert.equal("open", info.fleet)

@@ -223,6 +223,14 @@ function Fleet:start()
   return true
 end
 
+--- fl:refuses(key) -> true while the fleet is open for the breaker
+-- named key and this host is not its prober: the one read a breaker
+-- needs to follow the fleet by itself (one dict get)
+function Fleet:refuses(key)
+  return view.refuses(self.dict, view.key(self.key, key),
+                      store.now(WHO, self.clock), self.hold)
+end
+
 --- fl:status() -> a table: hosts (the hosts Redis saw at the last
 -- sync of any worker of this host, nil when none in 3 intervals);
 -- syncs, failures and per breaker key its last word (open, probe,
