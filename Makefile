@@ -562,6 +562,7 @@ $(BUILD)/%/bench_empty.so: bench/empty.c | deps-lua-%
 # CPU), its targets checked: build/outage.csv, build/outage-<event>.svg
 OUTAGE = $(call LUA_ENV,luajit) luajit bench/outage.lua \
 	  --csv $(BUILD)/outage.csv --svg $(BUILD)/outage.svg --markdown --check
+FLEET_MODEL = $(call LUA_ENV,luajit) luajit bench/fleet_model.lua 1000
 HERD = $(call LUA_ENV,luajit) luajit bench/herd.lua --csv $(BUILD)/herd.csv \
 	  --svg $(BUILD)/herd.svg
 
@@ -590,6 +591,9 @@ outage: deps-outage $(call MODULE,luajit)
 	@$(RECORD) start $(BUILD)/results-outage.md "make outage"
 	@$(RECORD) run $(BUILD)/results-outage.md \
 	  "Retry storms: the outage matrix and the bad days" "$(OUTAGE)"
+	@$(RECORD) run $(BUILD)/results-outage.md \
+	  "The breaker at fleet scale (1,000 hosts, backoff.fleet)" \
+	  "$(FLEET_MODEL)"
 	@mv $(BUILD)/results-outage.md bench/results-outage.md
 	@echo "figures written to bench/results-outage.md"
 

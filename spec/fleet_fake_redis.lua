@@ -1,6 +1,7 @@
--- A fake Redis for the fleet specs (62): runs backoff.fleet.script's
--- real text (its redis.call of TIME, TYPE, PTTL, DEL, SADD, SREM,
--- SCARD, PEXPIRE, GET, SET with PX and NX, EXISTS) on tables, with keys
+-- A fake Redis for the fleet specs (62) and bench/fleet_model.lua:
+-- runs backoff.fleet.script's real text (its redis.call of TIME, TYPE,
+-- PTTL, DEL, SADD, SREM, SCARD, PEXPIRE, GET, SET with PX and NX,
+-- EXISTS) on tables, with keys
 -- expiring by a virtual clock, and hands out clients as
 -- backoff.fleet's `client` option wants them.
 --   local fake = dofile("spec/fleet_fake_redis.lua")(now)  -- now(): s
@@ -77,16 +78,21 @@ return function(now)
   end
   local redis = { call = function(cmd, ...) return C[cmd](...) end }
 
-  -- runs the script's text with ARGV
+  -- runs the script's text with ARGV (compiled once per text)
+  local env = { redis = redis, math = math, type = type,
+    tonumber = tonumber, ipairs = ipairs, tostring = tostring }
+  local compiled = {}
   function R.eval(text, argv)
-    local env = { redis = redis, ARGV = argv, math = math, type = type,
-      tonumber = tonumber, ipairs = ipairs, tostring = tostring }
-    local f
-    if setfenv then
-      f = assert(loadstring(text)) setfenv(f, env)
-    else
-      f = assert(load(text, "=script", "t", env))
+    local f = compiled[text]
+    if not f then
+      if setfenv then
+        f = assert(loadstring(text)) setfenv(f, env)
+      else
+        f = assert(load(text, "=script", "t", env))
+      end
+      compiled[text] = f
     end
+    env.ARGV = argv
     R.calls = R.calls + 1
     return f()
   end

@@ -1,0 +1,130 @@
+-- The breaker at fleet scale, in virtual time: N hosts (default 1,000)
+-- of 4 workers, each worker at 0.25 requests/s (1 request/s per host,
+-- Poisson), one upstream dead (503 at once) from t = 10 s for 60 s.
+-- Each host has backoff.breaker.recommended (its policy seeded) and,
+-- with the fleet, backoff.fleet's guard over it, synced every
+-- `interval` (1 s) at a phase of its own through the real Redis script
+-- run on spec/fleet_fake_redis.lua.  Only the documented API is
+-- driven: allow, record, fl:sync.  No retries: the breaker alone.
+--
+--   luajit bench/fleet_model.lua [HOSTS]   (after make LUA_VERSION=luajit)
+--
+-- Prints, per setting: attempts that reached the dead upstream (and
+-- the requests of those 60 s: the load cut is their ratio), probes to
+-- the dead upstream per minute for the whole fleet, when the hosts
+-- opened (first, median, last), and when the last host answered again
+-- after the upstream came back.
+package.path = "./lua/?.lua;" .. package.path
+package.cpath = "./build/" .. (rawget(_G, "jit") and "luajit"
+  or _VERSION:match("%d+%.%d+")) .. "/?.so;" .. package.cpath
+local backoff = require "backoff"
+local fleet = require "backoff.fleet"
+local store = require "backoff.store"
+
+local HOSTS = tonumber(arg[1]) or 1000
+local RATE = 1                  -- requests/s per host (4 workers x 0.25)
+local DEAD_FROM, DEAD_TO, STOP = 10, 70, 100
+local DT = 0.005
+
+-- a uniform draw in [0, 1): Park-Miller, the same on every Lua
+local function uniform(seed)
+  local x = seed % 2147483646 + 1
+  return function()
+    x = x * 48271 % 2147483647
+    return (x - 1) / 2147483646
+  end
+end
+
+local T = 0
+local function clock() return T end
+
+local function run(with_fleet, seed)
+  local rand = uniform(seed)
+  local R = dofile("spec/fleet_fake_redis.lua")(clock)
+  local hosts = {}
+  for i = 1, HOSTS do
+    local p = backoff.breaker.default_policy():config()
+    p.seed = seed * 100003 + i
+    local h = { i = i, opened = nil, back = nil,
+      next_req = -math.log(1 - rand()) / RATE, next_sync = rand() }
+    h.br = backoff.breaker.new { policy = backoff.new(p.strategy, p),
+      clock = clock, on_change = function(_, to)
+        if to == "open" and not h.opened and T >= DEAD_FROM then
+          h.opened = T
+        end
+      end }
+    h.guard = h.br
+    if with_fleet then
+      h.fl = fleet.new { shared = false, host = "h" .. i, clock = clock,
+                         client = R.client }
+      h.fl.dict = store.dict(nil, clock)
+      h.guard = h.fl:breaker(h.br)
+    end
+    hosts[i] = h
+  end
+  local c = { requests = 0, reached = 0, probes = 0, syncs = 0 }
+  while T < STOP do
+    T = T + DT
+    local dead = T >= DEAD_FROM and T < DEAD_TO
+    for i = 1, HOSTS do
+      local h = hosts[i]
+      if h.fl and T >= h.next_sync then
+        h.next_sync = h.next_sync + 1
+        h.fl:sync()
+        c.syncs = c.syncs + 1
+      end
+      while T >= h.next_req do
+        h.next_req = h.next_req - math.log(1 - rand()) / RATE
+        if dead then c.requests = c.requests + 1 end
+        local ok, ticket = h.guard:allow()
+        if ok then
+          if dead then
+            c.reached = c.reached + 1
+            if type(ticket) == "table" then c.probes = c.probes + 1 end
+          elseif T >= DEAD_TO and not h.back then
+            h.back = T
+          end
+          h.guard:record(not dead, ticket, 0.01)
+        end
+      end
+    end
+  end
+  local opened = {}
+  for _, h in ipairs(hosts) do
+    if h.opened then opened[#opened + 1] = h.opened - DEAD_FROM end
+  end
+  table.sort(opened)
+  local last_back = 0
+  for _, h in ipairs(hosts) do
+    last_back = math.max(last_back, (h.back or STOP) - DEAD_TO)
+  end
+  c.opened_n = #opened
+  c.first, c.median, c.last = opened[1], opened[math.ceil(#opened / 2)],
+    opened[#opened]
+  c.last_back = last_back
+  c.evals = R.calls
+  return c
+end
+
+local function f(v) return v and ("%.1f s"):format(v) or "-" end
+
+print(("%d hosts x 4 workers at 0.25 requests/s each (1/s per host), "
+  .. "an upstream dead for %d s; the recommended breaker"):format(HOSTS,
+  DEAD_TO - DEAD_FROM))
+print("")
+print("| setting | requests in the 60 s | attempts that reached it | "
+  .. "load cut | probes per minute (fleet) | hosts opened on their own "
+  .. "(first / median / last) | last host back after |")
+print("|---|---|---|---|---|---|---|")
+for _, w in ipairs({ false, true }) do
+  T = 0
+  local t0 = os.clock()
+  local c = run(w, 7)
+  print(("| %s | %d | %d | %.2fx | %.0f | %d (%s / %s / %s) | %s |"):format(
+    w and "fleet (interval 1 s, quorum 0.25)" or "per host",
+    c.requests, c.reached, c.requests / math.max(c.reached, 1),
+    c.probes / ((DEAD_TO - DEAD_FROM) / 60), c.opened_n, f(c.first),
+    f(c.median), f(c.last), f(c.last_back)))
+  io.stderr:write(("  (%s: %.1f s of CPU, %d syncs)\n"):format(
+    w and "fleet" or "per host", os.clock() - t0, c.evals))
+end
