@@ -10,10 +10,12 @@
 --   luajit bench/fleet_model.lua [HOSTS]   (after make LUA_VERSION=luajit)
 --
 -- Prints, per setting: attempts that reached the dead upstream (and
--- the requests of those 60 s: the load cut is their ratio), probes to
--- the dead upstream per minute for the whole fleet, when the hosts
--- opened (first, median, last), and when the last host answered again
--- after the upstream came back.
+-- the requests of those 60 s: the load cut is their ratio), attempts
+-- per minute that still reach it once the breakers have settled (its
+-- last 50 s: probes, and hosts that have not opened), when the hosts
+-- opened on their own (first, median, last), and when every host's
+-- breaker allowed again after the upstream came back (checked every
+-- 0.1 s with allows()).
 package.path = "./lua/?.lua;" .. package.path
 package.cpath = "./build/" .. (rawget(_G, "jit") and "luajit"
   or _VERSION:match("%d+%.%d+")) .. "/?.so;" .. package.cpath
@@ -38,7 +40,9 @@ end
 local T = 0
 local function clock() return T end
 
-local function run(with_fleet, seed)
+-- fail: the share of attempts that fail while the upstream is bad (1:
+-- dead)
+local function run(with_fleet, seed, fail)
   local rand = uniform(seed)
   local R = dofile("spec/fleet_fake_redis.lua")(clock)
   local hosts = {}
@@ -62,12 +66,20 @@ local function run(with_fleet, seed)
     end
     hosts[i] = h
   end
-  local c = { requests = 0, reached = 0, probes = 0, syncs = 0 }
+  local c = { requests = 0, reached = 0, late = 0, syncs = 0,
+              refused = 0, ok = 0 }
+  local step = 0
   while T < STOP do
     T = T + DT
+    step = step + 1
     local dead = T >= DEAD_FROM and T < DEAD_TO
     for i = 1, HOSTS do
       local h = hosts[i]
+      -- back: the first time (checked every 0.1 s) its breaker allows
+      if T >= DEAD_TO and not h.back and step % 20 == 0
+         and h.guard:allows() then
+        h.back = T
+      end
       if h.fl and T >= h.next_sync then
         h.next_sync = h.next_sync + 1
         h.fl:sync()
@@ -77,14 +89,15 @@ local function run(with_fleet, seed)
         h.next_req = h.next_req - math.log(1 - rand()) / RATE
         if dead then c.requests = c.requests + 1 end
         local ok, ticket = h.guard:allow()
+        if dead and not ok then c.refused = c.refused + 1 end
         if ok then
           if dead then
             c.reached = c.reached + 1
-            if type(ticket) == "table" then c.probes = c.probes + 1 end
-          elseif T >= DEAD_TO and not h.back then
-            h.back = T
+            if T >= DEAD_FROM + 10 then c.late = c.late + 1 end
           end
-          h.guard:record(not dead, ticket, 0.01)
+          local good = not dead or fail < 1 and rand() >= fail
+          if dead and good then c.ok = c.ok + 1 end
+          h.guard:record(good, ticket, 0.01)
         end
       end
     end
@@ -113,18 +126,34 @@ print(("%d hosts x 4 workers at 0.25 requests/s each (1/s per host), "
   DEAD_TO - DEAD_FROM))
 print("")
 print("| setting | requests in the 60 s | attempts that reached it | "
-  .. "load cut | probes per minute (fleet) | hosts opened on their own "
-  .. "(first / median / last) | last host back after |")
+  .. "load cut | attempts per minute in its last 50 s (the fleet's) | "
+  .. "hosts opened on their own (first / median / last) | every host's "
+  .. "breaker allows again after |")
 print("|---|---|---|---|---|---|---|")
 for _, w in ipairs({ false, true }) do
   T = 0
   local t0 = os.clock()
-  local c = run(w, 7)
+  local c = run(w, 7, 1)
   print(("| %s | %d | %d | %.2fx | %.0f | %d (%s / %s / %s) | %s |"):format(
-    w and "fleet (interval 1 s, quorum 0.25)" or "per host",
+    w and "fleet (interval 1 s, quorum 0.25, suspects 3 x 0.5)"
+      or "per host",
     c.requests, c.reached, c.requests / math.max(c.reached, 1),
-    c.probes / ((DEAD_TO - DEAD_FROM) / 60), c.opened_n, f(c.first),
+    c.late / ((DEAD_TO - DEAD_FROM - 10) / 60), c.opened_n, f(c.first),
     f(c.median), f(c.last), f(c.last_back)))
   io.stderr:write(("  (%s: %.1f s of CPU, %d syncs)\n"):format(
     w and "fleet" or "per host", os.clock() - t0, c.evals))
+end
+
+print("")
+print("The same hosts, the upstream failing 50% of attempts at random for "
+  .. "60 s (it must never open):")
+print("")
+print("| setting | requests in the 60 s | refused by the breaker | "
+  .. "succeeded |")
+print("|---|---|---|---|")
+for _, w in ipairs({ false, true }) do
+  T = 0
+  local c = run(w, 7, 0.5)
+  print(("| %s | %d | %d | %.1f%% |"):format(w and "fleet" or "per host",
+    c.requests, c.refused, 100 * c.ok / c.requests))
 end

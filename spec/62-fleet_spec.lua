@@ -22,10 +22,11 @@ local function hosts(n, o)
   for i = 1, n do
     local h = {}
     h.dict = store.dict(nil, clock)
-    h.br = backoff.breaker.new { failures = 3, clock = clock,
+    h.br = backoff.breaker.new { failures = o.failures or 3, clock = clock,
       policy = backoff.constant { delay = 2, jitter = "none" } }
     h.fl = fleet.new { shared = false, host = "h" .. i, clock = clock,
-      client = R.client, quorum = o.quorum, tenure = o.tenure }
+      client = R.client, quorum = o.quorum, tenure = o.tenure,
+      suspect = o.suspect, max_open = o.max_open }
     h.fl.dict = h.dict
     h.g = h.fl:breaker(h.br)
     list[i] = h
@@ -83,7 +84,8 @@ describe("backoff.fleet", function()
     assert.is_false(list[2].fl:refuses("backoff:breaker"))
     local st = list[2].fl:status()
     assert.equal(4, st.hosts)
-    assert.same({ open = false, probe = false, votes = 1, need = 2 },
+    assert.same({ open = false, probe = false, votes = 1, suspects = 0,
+                  need = 2 },
                 st.breakers["backoff:breaker"])
   end)
 
@@ -158,6 +160,79 @@ describe("backoff.fleet", function()
     -- one prober at a time, about one probe per open interval
     assert.is_true(probes >= 5 and probes <= 16, probes)
     assert.is_false((list[4].g:allow()))
+  end)
+
+  it("quiet hosts: suspects (3 failures in a row) open it by half the "
+     .. "fleet; the prober, closed, probes once per probe_every",
+     function()
+    local list = hosts(20, { failures = 30 })
+    sync_all(list)
+    local function fail(h)
+      local ok, t = h.g:allow()
+      assert(ok)
+      h.g:record(false, t)
+    end
+    for i = 1, 9 do for _ = 1, 3 do fail(list[i]) end end
+    sync_all(list)
+    assert.is_true((list[20].g:allow()))       -- 9 < 10 suspects
+    assert.equal(9, list[20].g.last.suspects)
+    for _ = 1, 3 do fail(list[10]) end
+    sync_all(list)
+    for i = 11, 20 do assert.is_false((list[i].g:allow())) end
+    local p
+    for i = 1, 10 do if list[i].g.last.probe then p = list[i] end end
+    assert.is_truthy(p)
+    assert.equal("closed", (p.br:state()))     -- its own breaker: closed
+    local ok, t = p.g:allow()                  -- the fleet's probe
+    assert.is_true(ok)
+    assert.is_false((p.g:allow()))             -- one per second
+    p.g:record(false, t)
+    -- the votes lapse (suspect_window), the fleet stays open (max_open)
+    advance(list, 12)
+    assert.is_false((list[20].g:allow()))
+    assert.equal(0, list[20].g.last.suspects)
+    -- the prober's success closes it
+    for _ = 1, 3 do
+      for i = 1, 20 do
+        if list[i].g.last.probe then p = list[i] end
+      end
+      ok, t = p.g:allow()
+      if ok then break end
+      advance(list, 1)
+    end
+    assert.is_true(ok)
+    p.g:record(true, t)
+    sync_all(list)
+    sync_all(list)
+    for i = 1, 20 do assert.is_true((list[i].g:allow()), i) end
+  end)
+
+  it("stays open at most max_open without a success; suspect = 0 "
+     .. "counts no suspect", function()
+    local list = hosts(20, { max_open = 5, failures = 30 })
+    sync_all(list)
+    for i = 1, 10 do
+      for _ = 1, 3 do
+        local ok, t = list[i].g:allow()
+        assert(ok)
+        list[i].g:record(false, t)
+      end
+    end
+    sync_all(list)
+    assert.is_false((list[20].g:allow()))
+    advance(list, 12)                          -- suspects gone, 5 s over
+    assert.is_true((list[20].g:allow()))
+    local quiet = hosts(20, { suspect = 0, failures = 30 })
+    sync_all(quiet)
+    for i = 1, 20 do
+      for _ = 1, 3 do
+        local ok, t = quiet[i].g:allow()
+        assert(ok)
+        quiet[i].g:record(false, t)
+      end
+    end
+    sync_all(quiet)
+    assert.is_true((quiet[1].g:allow()))
   end)
 
   it("a quorum given in hosts", function()
@@ -297,8 +372,10 @@ describe("backoff.fleet", function()
 
   it("the script's arguments", function()
     local a = script.args({ prefix = "p:", host = "h", interval = 1,
-      tenure = 5, share = 0.25, min = 2 },
-      { { name = "b", state = "o", was = true } })
-    assert.same({ 0, "p:", "h", 1000, 5000, 0.25, 2, "b", "o", "1" }, a)
+      tenure = 5, share = 0.25, min = 2, sshare = 0.5, mins = 10,
+      max_open = 60, cttl = 10 },
+      { { name = "b", state = "o", res = "1" } })
+    assert.same({ 0, "p:", "h", 1000, 5000, 0.25, 2, 0.5, 10, 60000,
+                  10000, "b", "o", "1" }, a)
   end)
 end)

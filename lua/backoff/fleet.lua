@@ -70,6 +70,12 @@ local RULES = {
     .. "of hosts >= 1" },
   min_quorum = check.count { min = 1, max = 2 ^ 31, default = 2 },
   tenure = check.number { min = 0.1, max = 3600, default = 5 },
+  suspect = check.count { min = 0, max = 2 ^ 31, default = 3 },
+  suspect_quorum = check.number { min = 0, max = 1, default = 0.5 },
+  min_suspects = check.count { min = 1, max = 2 ^ 31, default = 10 },
+  suspect_window = check.number { min = 0.1, max = 3600, default = 10 },
+  max_open = check.number { min = 0.1, max = 86400, default = 60 },
+  probe_every = check.number { min = 0.01, max = 3600, default = 1 },
   clock = check.fn {},
   client = check.fn {},
 }
@@ -123,14 +129,35 @@ local function warn(self, now, ...)
   store.log("WARN", ...)
 end
 
--- what this host says of each breaker
-local function states(self, now)
+-- a count the guard wrote under key, or nil (a foreign value: logged,
+-- deleted)
+local function counted(self, key, hi)
+  local v = self.dict:get(key)
+  if v == nil or store.count(v, 0, hi) then return v end
+  store.foreign(self.dict, key, v, WHO, "a count")
+  return nil
+end
+
+-- what this host says of a breaker: its own state ("o", "h"), a
+-- suspect ("s": closed, `suspect` failures in a row on the host) or
+-- "c"; and what its probe for the fleet gave since the last sync
+local function state_of(self, g)
+  local name = g.br:state()
+  local st = name == "open" and "o" or name == "half_open" and "h" or "c"
+  if st == "c" and self.suspect > 0 then
+    local n = counted(self, g.nk, 2 ^ 52)
+    if n and n >= self.suspect then st = "s" end
+  end
+  local res = counted(self, g.rk, 2)
+  if res ~= nil then self.dict:delete(g.rk) end
+  return st, res and tostring(res) or "0"
+end
+
+local function states(self)
   local list = {}
   for i, g in ipairs(self.list) do
-    local name = g.br:state()
-    list[i] = { name = g.name,
-      state = name == "closed" and "c" or name == "open" and "o" or "h",
-      was = view.read(self.dict, g.fk, now, self.hold) == "probe" }
+    local st, res = state_of(self, g)
+    list[i] = { name = g.name, state = st, res = res }
   end
   return list
 end
@@ -167,7 +194,7 @@ end
 function Fleet:sync()
   local now = store.now(WHO, self.clock)
   if #self.list == 0 then return true end
-  local list = states(self, now)
+  local list = states(self)
   local r, err = talk(self, list)
   local rep, foreign
   if r ~= nil then rep, foreign = script.reply(r, #list) end
@@ -258,13 +285,21 @@ function M.new(opts)
   local share, min = 0, o.min_quorum
   if o.quorum < 1 then share = o.quorum
   elseif o.quorum > min then min = o.quorum end
+  local hold = 3 * o.interval
+  local cttl = hold
+  if o.suspect > 0 and o.suspect_window > cttl then
+    cttl = o.suspect_window
+  end
   local self = setmetatable({
     dict = store.dict(o.shared or nil, o.clock), key = o.key,
     lock = o.key .. "|L", hk = o.key .. "|H", redis = r,
     where = redis.where(r),
     prefix = o.prefix, host = o.host or default_host(ngx),
-    interval = o.interval, hold = 3 * o.interval, tenure = o.tenure,
-    share = share, min = min,
+    interval = o.interval, hold = hold, tenure = o.tenure,
+    share = share, min = min, suspect = o.suspect,
+    sshare = o.suspect > 0 and o.suspect_quorum or 0,
+    mins = o.min_suspects, suspect_window = o.suspect_window,
+    max_open = o.max_open, cttl = cttl, probe_every = o.probe_every,
     clock = o.clock or util.shared_clock(),
     client = o.client or redis.connect,
     sha = ngx and ngx.sha1_bin and script.sha1(ngx) or "0",

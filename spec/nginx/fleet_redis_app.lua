@@ -20,7 +20,8 @@ end
 
 function app.init(host, redis_port)
   fl = fleet.new { shared = ngx.shared.fleet, host = host,
-    prefix = "t:", interval = INTERVAL, tenure = 1.5,
+    prefix = "t:", interval = INTERVAL, tenure = 1.5, suspect_window = 1,
+    probe_every = 1,
     redis = { port = redis_port, timeout = 0.1 }, client = client }
   guarded = fl:breaker(backoff.breaker.new { shared = ngx.shared.breakers,
     key = "up", failures = 3,
@@ -32,12 +33,16 @@ function app.init_worker() fl:start() end
 -- one call through the guarded breaker: "refused", or the upstream's
 -- status (probe=1 on the upstream's log for a probe)
 function app.call()
+  local _, info = guarded:state()
   local ok, ticket = guarded:allow()
   if not ok then
     ngx.say("refused")
     return
   end
-  local probe = type(ticket) == "table" and "1" or "0"
+  -- a probe: its own breaker's, or the one its guard lets through for
+  -- the fleet
+  local probe = (type(ticket) == "table" or info.fleet == "probe")
+                and "1" or "0"
   local loc = ngx.shared.stats:get("broken") and "/bad" or "/up"
   local res = ngx.location.capture(loc, { args = { host = fl.host,
                                                    probe = probe } })

@@ -17,30 +17,60 @@ local G = {}
 local Guard = { __name = "backoff.fleet breaker" }
 Guard.__index = Guard
 
-local function refuses(self)
+local function word(self)
   local fl = self.fleet
-  return view.refuses(fl.dict, self.fk, store.now("backoff.fleet",
-                      fl.clock), fl.hold)
+  return view.read(fl.dict, self.fk, store.now("backoff.fleet", fl.clock),
+                   fl.hold)
 end
 
---- g:allow() -> as br:allow(); false while the fleet is open (unless
--- this host probes for it)
+local function refused(self)
+  self.refusals = self.refusals + 1
+  return false
+end
+
+--- g:allow() -> as br:allow(); false while the fleet is open, unless
+-- this host probes for it: then its own breaker's half-open probes go,
+-- or, its own breaker closed, one attempt every probe_every seconds
 function Guard:allow()
-  if refuses(self) then
-    self.refusals = self.refusals + 1
-    return false
+  local w = word(self)
+  if w == "open" then return refused(self) end
+  local ok, ticket = self.br:allow()
+  if not ok or w ~= "probe" or type(ticket) == "table" then
+    return ok, ticket
   end
-  return self.br:allow()
+  if self.fleet.dict:add(self.qk, 1, self.fleet.probe_every) then
+    return ok, ticket
+  end
+  self.br:release(ticket)
+  return refused(self)
 end
 
 --- g:allows() -> as br:allows(); false while the fleet is open
 function Guard:allows()
-  if refuses(self) then return false end
+  if word(self) == "open" then return false end
   return self.br:allows()
 end
 
+-- the host's failures in a row (all workers; they expire
+-- suspect_window after the first): a suspect vote at `suspect`
+local function streak(self, ok)
+  local fl = self.fleet
+  if ok then
+    if fl.dict:get(self.nk) ~= nil then fl.dict:delete(self.nk) end
+  elseif fl.suspect > 0 then
+    store.incr(fl.dict, self.nk, 1, 0, fl.suspect_window)
+  end
+end
+
+--- g:record(ok, ticket, seconds): as br:record; and, on the prober,
+-- the fleet's probe's outcome for the next sync
 function Guard:record(ok, ticket, seconds)
-  return self.br:record(ok, ticket, seconds)
+  local r = self.br:record(ok, ticket, seconds)
+  streak(self, ok)
+  if word(self) == "probe" then
+    self.fleet.dict:set(self.rk, ok and 1 or 2, self.fleet.hold)
+  end
+  return r
 end
 
 function Guard:release(ticket) return self.br:release(ticket) end
@@ -48,9 +78,7 @@ function Guard:release(ticket) return self.br:release(ticket) end
 --- g:state() -> br:state(), and info.fleet: "open", "probe" or nil
 function Guard:state()
   local name, info = self.br:state()
-  local fl = self.fleet
-  info.fleet = view.read(fl.dict, self.fk, store.now("backoff.fleet",
-                         fl.clock), fl.hold)
+  info.fleet = word(self)
   return name, info
 end
 
@@ -66,8 +94,10 @@ end
 --- guard.new(fleet, br) -> br guarded by fleet's view
 function G.new(fleet, br)
   local name = br:key()
+  local k = fleet.key
   return setmetatable({ fleet = fleet, br = br, name = name,
-    fk = view.key(fleet.key, name), refusals = 0 }, Guard)
+    fk = view.key(k, name), qk = k .. "|Q" .. name,
+    rk = k .. "|R" .. name, nk = k .. "|N" .. name, refusals = 0 }, Guard)
 end
 
 return G

@@ -3,21 +3,34 @@
 --
 -- One EVALSHA per host and interval does everything atomically (a
 -- script runs alone in Redis): the host says it is alive and, for each
--- breaker, whether its own breaker is open (open or half-open: a vote)
--- or closed; the script counts the votes, decides the fleet's state by
--- quorum, elects the prober (SET NX PX) and answers.  Time is Redis'
--- own (TIME), so hosts whose clocks differ share one bucket.
+-- breaker, its own evidence: its own breaker open or half-open (a
+-- vote), closed but `suspect` failures in a row on the host (a suspect
+-- vote), or neither; and what the fleet's probe gave, when this host
+-- probes.  The script counts the votes, decides the fleet's state,
+-- elects the prober (SET NX PX) and answers.  Time is Redis' own
+-- (TIME), so hosts whose clocks differ share one bucket.
+--
+-- The fleet opens when votes >= need (the quorum), or when votes +
+-- suspect votes >= need_s (a larger quorum of a fleet's quiet hosts),
+-- and then stays open (key o) until the prober's success closes it, or
+-- max_open after the prober's last failure (then the votes decide
+-- again).  Any host may be the prober (the first to sync once the role
+-- is free).  The prober's success marks the fleet closed (key c) for
+-- cttl: no vote counts meanwhile.
 --
 -- Keys (P: the fleet's `prefix`; B: a breaker's key; b: the bucket,
 -- floor(Redis' time in ms / interval in ms)):
 --   P h:<b>          set: the hosts that synced in bucket b
 --   P b:B:v:<b>      set: the hosts whose own breaker B is not closed
+--   P b:B:s:<b>      set: the hosts with `suspect` failures in a row
+--   P b:B:o          string: the fleet is open (since, ms)
 --   P b:B:p          string: the host that probes for the fleet
 --   P b:B:c          string: the ms at which the prober's probe closed
---                    the fleet (no quorum counts while it lives)
--- Every key expires: sets and c after 3 intervals, p after `tenure`.
--- A key of another type, without an expiry or with a longer one than
--- ours is foreign: deleted, named in the reply, and the host logs it.
+--                    the fleet (no vote counts while it lives)
+-- Every key expires: sets after 3 intervals, o after max_open, p after
+-- `tenure`, c after cttl.  A key of another type, without an expiry or
+-- with a longer one than ours is foreign: deleted, named in the reply,
+-- and the host logs it.
 
 local floor, ipairs, type = math.floor, ipairs, type
 
@@ -27,6 +40,8 @@ M.TEXT = [[
 local P, host = ARGV[1], ARGV[2]
 local iv, tenure = tonumber(ARGV[3]), tonumber(ARGV[4])
 local share, minq = tonumber(ARGV[5]), tonumber(ARGV[6])
+local sshare, mins = tonumber(ARGV[7]), tonumber(ARGV[8])
+local max_open, cttl = tonumber(ARGV[9]), tonumber(ARGV[10])
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local b = math.floor(now / iv)
@@ -42,45 +57,64 @@ local function fit(k, kind, most)
     foreign[#foreign + 1] = k
   end
 end
+local function put(k, yes)
+  if yes then
+    redis.call('SADD', k, host)
+    redis.call('PEXPIRE', k, ttl)
+  else
+    redis.call('SREM', k, host)
+  end
+end
+local function count(k1, k2, hosts)
+  return math.min(hosts, math.max(redis.call('SCARD', k1),
+                                  redis.call('SCARD', k2)))
+end
 local hk, hp = P .. 'h:' .. b, P .. 'h:' .. (b - 1)
 fit(hk, 'set', ttl) fit(hp, 'set', ttl)
-redis.call('SADD', hk, host)
-redis.call('PEXPIRE', hk, ttl)
+put(hk, true)
 local hosts = math.max(redis.call('SCARD', hk), redis.call('SCARD', hp))
 local out = { hosts }
-local i = 7
+local i = 11
 while ARGV[i] do
-  local name, st, was = ARGV[i], ARGV[i + 1], ARGV[i + 2]
+  local name, st, res = ARGV[i], ARGV[i + 1], ARGV[i + 2]
   i = i + 3
   local pre = P .. 'b:' .. name .. ':'
   local vk, vp = pre .. 'v:' .. b, pre .. 'v:' .. (b - 1)
-  local pk, ck = pre .. 'p', pre .. 'c'
+  local sk, sp = pre .. 's:' .. b, pre .. 's:' .. (b - 1)
+  local ok, pk, ck = pre .. 'o', pre .. 'p', pre .. 'c'
   fit(vk, 'set', ttl) fit(vp, 'set', ttl)
-  fit(pk, 'string', tenure) fit(ck, 'string', ttl)
-  if st == 'c' then
-    redis.call('SREM', vk, host)
-    redis.call('SREM', vp, host)
-    local p = redis.call('GET', pk)
-    if was == '1' and (not p or p == host) then
-      redis.call('SET', ck, now, 'PX', ttl)
-      redis.call('DEL', vk, vp, pk)
-    end
-  else
-    redis.call('SADD', vk, host)
-    redis.call('PEXPIRE', vk, ttl)
+  fit(sk, 'set', ttl) fit(sp, 'set', ttl)
+  fit(ok, 'string', max_open) fit(pk, 'string', tenure)
+  fit(ck, 'string', cttl)
+  local vote, sus = st == 'o' or st == 'h', st == 's'
+  put(vk, vote) put(sk, sus)
+  if not vote then redis.call('SREM', vp, host) end
+  if not sus then redis.call('SREM', sp, host) end
+  local p = redis.call('GET', pk)
+  if res == '1' and (not p or p == host) then
+    redis.call('SET', ck, now, 'PX', cttl)
+    redis.call('DEL', ok, pk, vk, vp, sk, sp)
+  elseif res == '2' and p == host then
+    redis.call('PEXPIRE', ok, max_open)
   end
-  local votes = math.min(hosts, math.max(redis.call('SCARD', vk),
-                                         redis.call('SCARD', vp)))
+  local votes, sv = count(vk, vp, hosts), count(sk, sp, hosts)
   local need = math.max(minq, math.ceil(share * hosts))
-  local open = votes >= need and redis.call('EXISTS', ck) == 0
+  local open = false
+  if redis.call('EXISTS', ck) == 0 then
+    open = redis.call('EXISTS', ok) == 1 or votes >= need
+      or sshare > 0 and votes + sv >= math.max(mins,
+                                               math.ceil(sshare * hosts))
+    if open then redis.call('SET', ok, now, 'NX', 'PX', max_open) end
+  end
   local probe = 0
-  if open and st ~= 'c' then
+  if open then
     if redis.call('SET', pk, host, 'NX', 'PX', tenure)
        or redis.call('GET', pk) == host then probe = 1 end
   end
   out[#out + 1] = open and 1 or 0
   out[#out + 1] = probe
   out[#out + 1] = votes
+  out[#out + 1] = sv
   out[#out + 1] = need
 end
 for _, k in ipairs(foreign) do out[#out + 1] = k end
@@ -96,16 +130,18 @@ function M.sha1(ngx)
 end
 
 --- script.args(o, list) -> EVALSHA's arguments after the script: 0
--- keys, then ARGV.  o: prefix, host, interval, tenure, share, min;
--- list: { name, state ("c", "o", "h"), was_prober (boolean) } per
--- breaker
+-- keys, then ARGV.  o: prefix, host, interval, tenure, share, min,
+-- sshare, mins, max_open, cttl (seconds); list: { name, state ("c",
+-- "o", "h", "s"), res ("0", "1": the fleet's probe succeeded, "2": it
+-- failed) } per breaker
 function M.args(o, list)
   local a = { 0, o.prefix, o.host, floor(o.interval * 1000),
-              floor(o.tenure * 1000), o.share, o.min }
+              floor(o.tenure * 1000), o.share, o.min, o.sshare, o.mins,
+              floor(o.max_open * 1000), floor(o.cttl * 1000) }
   for _, b in ipairs(list) do
     a[#a + 1] = b.name
     a[#a + 1] = b.state
-    a[#a + 1] = b.was and "1" or "0"
+    a[#a + 1] = b.res or "0"
   end
   return a
 end
@@ -114,30 +150,31 @@ local function int(v, lo, hi)
   return type(v) == "number" and v == floor(v) and v >= lo and v <= hi
 end
 
---- script.reply(r, n) -> { hosts, [i] = { open, probe, votes, need } },
--- foreign (the keys the script deleted), or nil and why: a reply of
--- the shape the script gives, for n breakers
+--- script.reply(r, n) -> { hosts, [i] = { open, probe, votes,
+-- suspects, need } }, foreign (the keys the script deleted), or nil and
+-- why: a reply of the shape the script gives, for n breakers
+local EACH = 5
 function M.reply(r, n)
   if type(r) ~= "table" or not int(r[1], 1, 2 ^ 31) then
     return nil, "not the script's reply"
   end
   local out, hosts = { hosts = r[1] }, r[1]
   for i = 1, n do
-    local j = 2 + (i - 1) * 4
-    local open, probe, votes, need = r[j], r[j + 1], r[j + 2], r[j + 3]
+    local j = 2 + (i - 1) * EACH
+    local open, probe, votes, sv, need = r[j], r[j + 1], r[j + 2],
+                                         r[j + 3], r[j + 4]
     if not (int(open, 0, 1) and int(probe, 0, 1) and int(votes, 0, hosts)
-            and int(need, 1, 2 ^ 31)) then
+            and int(sv, 0, hosts) and int(need, 1, 2 ^ 31)) then
       return nil, "not the script's reply"
     end
     out[i] = { open = open == 1, probe = probe == 1, votes = votes,
-               need = need }
+               suspects = sv, need = need }
   end
   local foreign = {}
-  for j = 2 + n * 4, #r do
+  for j = 2 + n * EACH, #r do
     foreign[#foreign + 1] = type(r[j]) == "string" and r[j] or "?"
   end
   return out, foreign
 end
-
 
 return M
