@@ -20,11 +20,16 @@ local now = socket.gettime
 ------------------------------------------------------------------------
 -- redis-server, on a port of its own, no persistence
 
-local REDIS = { port = H.free_port() }
+-- a password for the default user, and an ACL user for host 4: neither
+-- may appear in any log
+math.randomseed(os.time())
+local REDIS = { port = H.free_port(),
+  pass = ("pw%d"):format(math.random(1e6, 9e6)),
+  user = "gw", user_pass = ("up%d"):format(math.random(1e6, 9e6)) }
 
 local function redis_cli(args)
-  local p = io.popen(("timeout 5 redis-cli -p %d %s 2>&1"):format(
-    REDIS.port, args))
+  local p = io.popen(("timeout 5 redis-cli -p %d -a %s --no-auth-warning "
+    .. "%s 2>&1"):format(REDIS.port, REDIS.pass, args))
   local out = p:read("*a")
   p:close()
   return out
@@ -32,11 +37,17 @@ end
 
 local function redis_start()
   H.sh(("mkdir -p '%s' && timeout 170 redis-server --port %d --bind "
-    .. "127.0.0.1 --save '' --appendonly no >>'%s/redis.log' 2>&1 &")
-    :format(BASE, REDIS.port, BASE))
+    .. "127.0.0.1 --save '' --appendonly no --requirepass %s "
+    .. ">>'%s/redis.log' 2>&1 &"):format(BASE, REDIS.port, REDIS.pass,
+    BASE))
   for _ = 1, 100 do
     local pid = redis_cli("INFO server"):match("process_id:(%d+)")
-    if pid then REDIS.pid = pid return true end
+    if pid then
+      REDIS.pid = pid
+      redis_cli(("ACL SETUSER %s on '>%s' '~*' '+@all'"):format(REDIS.user,
+        REDIS.user_pass))
+      return true
+    end
     socket.sleep(0.05)
   end
   return false
@@ -67,7 +78,10 @@ local function start_all()
     ok, err = H.start_nginx(hosts[i].prefix,
       ROOT .. "/spec/nginx/fleet_redis.conf.in",
       { ROOT = ROOT, PORT = port, HOST = "h" .. i, REDIS = REDIS.port,
-        UP = UP, BAD = BAD }, 170,
+        UP = UP, BAD = BAD,
+        USER = i == 4 and ('"' .. REDIS.user .. '"') or "nil",
+        PASSWORD = '"' .. (i == 4 and REDIS.user_pass or REDIS.pass)
+                   .. '"' }, 170,
       function() return H.get(port, "/state", 5) end)
     if not ok then return nil, err end
   end
@@ -314,6 +328,17 @@ local function finish()
     rpc = rpc + tonumber(state(i).rpc or 1)
   end
   check(rpc == 0, "no Redis call from a request phase", rpc)
+  local leaked = {}
+  for i = 1, 4 do
+    local text = H.read_file(hosts[i].prefix .. "/logs/error.log")
+    if text:find(REDIS.pass, 1, true)
+       or text:find(REDIS.user_pass, 1, true) then
+      leaked[#leaked + 1] = "h" .. i
+    end
+  end
+  check(#leaked == 0, "Redis' password (and the ACL user's) is in no "
+        .. "log (hosts 1-3 AUTH with a password, host 4 as an ACL user)",
+        table.concat(leaked, " "))
   check(#errs == 0, "no Lua error (nothing at error or worse) on any host",
         table.concat(errs, "\n"))
   local warns = 0

@@ -18,11 +18,12 @@ local function client(o, ngx_)
   return fredis.connect(o, ngx_)
 end
 
-function app.init(host, redis_port)
+function app.init(host, redis_port, user, password)
   fl = fleet.new { shared = ngx.shared.fleet, host = host,
     prefix = "t:", interval = INTERVAL, tenure = 1.5, suspect_window = 1,
     probe_every = 1,
-    redis = { port = redis_port, timeout = 0.1 }, client = client }
+    redis = { port = redis_port, timeout = 0.1, username = user,
+              password = password }, client = client }
   guarded = fl:breaker(backoff.breaker.new { shared = ngx.shared.breakers,
     key = "up", failures = 3,
     policy = backoff.constant { delay = 1, jitter = "none" } })
