@@ -304,6 +304,8 @@ function M.new(opts)
     client = o.client or redis.connect,
     sha = ngx and ngx.sha1_bin and script.sha1(ngx) or "0",
     list = {}, syncs = 0, failures = 0 }, Fleet)
+  -- the guard's clock, read only when the fleet has a word
+  self.now = function() return store.now(WHO, self.clock) end
   return self
 end
 

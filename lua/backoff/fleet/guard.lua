@@ -19,8 +19,10 @@ Guard.__index = Guard
 
 local function word(self)
   local fl = self.fleet
-  return view.read(fl.dict, self.fk, store.now("backoff.fleet", fl.clock),
-                   fl.hold)
+  local w = view.read(fl.dict, self.fk, fl.now, fl.hold)
+  -- this worker saw that its host probes: record() then looks again
+  self.probing = w == "probe"
+  return w
 end
 
 local function refused(self)
@@ -67,7 +69,7 @@ end
 function Guard:record(ok, ticket, seconds)
   local r = self.br:record(ok, ticket, seconds)
   streak(self, ok)
-  if word(self) == "probe" then
+  if self.probing and word(self) == "probe" then
     self.fleet.dict:set(self.rk, ok and 1 or 2, self.fleet.hold)
   end
   return r
@@ -96,6 +98,7 @@ function G.new(fleet, br)
   local name = br:key()
   local k = fleet.key
   return setmetatable({ fleet = fleet, br = br, name = name,
+    probing = false,
     fk = view.key(k, name), qk = k .. "|Q" .. name,
     rk = k .. "|R" .. name, nk = k .. "|N" .. name, refusals = 0 }, Guard)
 end

@@ -25,10 +25,13 @@ local V = {}
 function V.key(fleet_key, name) return fleet_key .. "|F" .. name end
 
 --- view.read(dict, key, now, hold) -> "open" | "probe" | nil: the
--- fleet's word, checked (hold: the longest a value may reach ahead)
+-- fleet's word, checked (hold: the longest a value may reach ahead;
+-- now: a time, or a function giving it, called only when the key holds
+-- a value: a closed fleet costs one dict get)
 function V.read(dict, key, now, hold)
   local v = dict:get(key)
   if v == nil then return nil end
+  if type(now) == "function" then now = now() end
   if type(v) ~= "number" or v ~= v then
     store.foreign(dict, key, v, "backoff.fleet", "a time")
     return nil
