@@ -16,8 +16,9 @@
 -- backoff.fleet.view (one dict get) and then the host's own breaker.
 -- A timer in one worker per host (elected by dict:add of a lock)
 -- syncs every `interval`: one EVALSHA (backoff.fleet.script) says which
--- of its breakers are open on its own evidence, and answers the
--- fleet's word per breaker (open by quorum, and whether this host
+-- of its breakers are open on its own evidence (or suspect: `suspect`
+-- failures in a row on the host, which the guards count), and answers
+-- the fleet's word per breaker (open by quorum, and whether this host
 -- probes for the fleet), which the timer writes into the host's dict.
 -- Redis down, slow, empty or poisoned: the view is deleted (or expires
 -- by itself) and each host is on its own state; one warn per interval.

@@ -4,8 +4,12 @@
 -- wherever one goes (ropts.breaker): while the fleet is open and this
 -- host is not its prober, allow() and allows() say false without
 -- asking the breaker; otherwise the host's own breaker decides, as it
--- would alone.  The host's own breaker is never written by the fleet:
--- its state is its own evidence, which is what the host votes with.
+-- would alone (a prober whose own breaker is closed lets one attempt
+-- through every probe_every seconds).  The host's own breaker is never
+-- written by the fleet: its state is its own evidence, which is what
+-- the host votes with, with the host's failures in a row (counted here,
+-- across its workers: a suspect vote) and the outcome of its probes for
+-- the fleet (kept for the next sync).
 
 local view = require "backoff.fleet.view"
 local store = require "backoff.store"
