@@ -263,4 +263,31 @@ describe("one name per concept", function()
       assert.matches("(got number)", err, 1, true)
     end
   end)
+
+  it("a method called on something else: one message, at the caller's "
+     .. "line", function()
+    local hedge = require "backoff.hedge"
+    local objects = {
+      { budget.token_bucket {}, "withdraw", "backoff.budget" },
+      { budget.ratio {}, "withdraw", "backoff.budget.ratio" },
+      { budget.recommended(), "tokens", "backoff.budget.earned" },
+      { budget.grpc {}, "max_tokens", "backoff.budget.grpc" },
+      { backoff.breaker {}, "allow", "backoff.breaker" },
+      { hedge.latency { shared = false }, "delay", "backoff.hedge.latency" },
+      { hedge.pace { shared = false }, "allow", "backoff.hedge.pace" },
+      { metrics.new("x", { shared = false }), "add",
+        "backoff.metrics recorder" },
+    }
+    for _, o in ipairs(objects) do
+      local obj, method, who = o[1], o[2], o[3]
+      local ok, err = pcall(function()
+        local r = obj[method]({})           -- no tail call: a line
+        return r
+      end)
+      assert.is_false(ok)
+      assert.matches("47%-store_spec%.lua:%d+: calling '" .. method
+        .. "' on bad self %(" .. who:gsub("%.", "%%.") .. " expected, got "
+        .. "table%)$", err)
+    end
+  end)
 end)

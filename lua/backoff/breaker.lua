@@ -104,10 +104,7 @@ local Breaker = { __name = WHO }
 Breaker.__index = Breaker
 local Ticket = { __name = "backoff.breaker ticket" }
 
-local function bad_self(method, self)
-  error(("calling '%s' on bad self (%s expected, got %s)"):format(method,
-        WHO, type(self)), 3)
-end
+local function bad_self(method, self) check.bad_self(method, WHO, self) end
 
 -- arguments are checked like a C function's (luaL_argerror's wording)
 local function bad_arg(n, method, msg)

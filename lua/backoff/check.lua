@@ -71,6 +71,15 @@ function M.raise(msg)
 end
 local raise = M.raise
 
+--- check.bad_self(method, expected, v): the one message for a method
+-- called on something that is not its object, raised at the caller's
+-- line: "calling 'withdraw' on bad self (backoff.budget.grpc expected,
+-- got table)" (lauxlib's words)
+function M.bad_self(method, expected, v)
+  raise(("calling '%s' on bad self (%s expected, got %s)"):format(method,
+        expected, type(v)))
+end
+
 ------------------------------------------------------------------------
 -- a function where an object was wanted: a constructor not called?
 

@@ -147,8 +147,7 @@ Recorder.__index = Recorder
 
 local function self_of(self, method)
   if getmetatable(self) ~= Recorder then
-    error(("calling '%s' on bad self (backoff.metrics recorder expected, "
-      .. "got %s)"):format(method, type(self)), 3)
+    check.bad_self(method, "backoff.metrics recorder", self)
   end
   return self
 end

@@ -68,8 +68,7 @@ Latency.__index = Latency
 
 local function check(self, method)
   if getmetatable(self) ~= Latency then
-    error(("calling '%s' on bad self (%s expected, got %s)"):format(method,
-          CTOR, type(self)), 3)
+    check_mod.bad_self(method, CTOR, self)
   end
 end
 
