@@ -137,10 +137,7 @@ local function finite(v)
 end
 M.finite = finite
 
-local function num(v)          -- a bound as text: 2^53, 1000, 0.5
-  if v == floor(v) and v < 2 ^ 53 then return ("%d"):format(v) end
-  return tostring(v)
-end
+local num = util.num            -- a bound as text: 1000, 0.5
 
 --- an integer from min (0) to max (2^53)
 function M.count(o)

@@ -23,8 +23,8 @@ local check = require "backoff.check"
 local store = require "backoff.store"
 local window = require "backoff.store.window"
 
-local error, floor, getmetatable, ipairs, tostring, type =
-      error, math.floor, getmetatable, ipairs, tostring, type
+local error, floor, getmetatable, ipairs, type =
+      error, math.floor, getmetatable, ipairs, type
 local repr = util.repr
 local incr = store.incr
 
@@ -52,12 +52,7 @@ end
 C.is_count = is_count
 
 -- a whole number as the same text on every Lua ("5", not "5.0")
-local function num(v)
-  if type(v) == "number" and v == floor(v) and v > -2^63 and v < 2^63 then
-    return ("%d"):format(v)
-  end
-  return tostring(v)
-end
+local num = util.num
 C.num = num
 
 -- thousandths as text: 3200 -> "3.2", 4000 -> "4"
