@@ -22,9 +22,9 @@
 
 local util = require "backoff.util"
 
-local error, floor, getinfo, getmetatable, next, pairs, rawget, tostring,
-      type = error, math.floor, debug.getinfo, getmetatable, next, pairs,
-      rawget, tostring, type
+local error, floor, getinfo, getmetatable, ipairs, next, pairs, rawget,
+      tostring, type = error, math.floor, debug.getinfo, getmetatable,
+      ipairs, next, pairs, rawget, tostring, type
 local huge = math.huge
 local repr = util.repr
 
@@ -285,6 +285,28 @@ function M.validator(ctor, rules)
     local copy = {}
     for k, v in next, opts do copy[k] = v end
     return copy
+  end
+end
+
+--- check.only(ctor, opts, keys, instead): a `recommended` constructor
+-- takes a few of its kind's options: anything else is refused, naming
+-- what it takes and what to tune instead ("backoff.budget.recommended:
+-- unknown option 'capacity' (it takes shared, key and clock; tune
+-- backoff.budget.earned instead)").  opts nil or not a table is left
+-- to the kind's own checker.  Raw reads: no metamethod of opts runs.
+function M.only(ctor, opts, keys, instead)
+  if type(opts) ~= "table" then return end
+  for k in next, opts do
+    local known = false
+    for _, name in ipairs(keys) do
+      if k == name then known = true break end
+    end
+    if not known then
+      local list = table.concat(keys, ", ", 1, #keys - 1) .. " and "
+        .. keys[#keys]
+      raise(("%s: unknown option %s (it takes %s; tune %s instead)")
+        :format(ctor, repr(k), list, instead))
+    end
   end
 end
 
