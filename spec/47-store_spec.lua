@@ -290,4 +290,38 @@ describe("one name per concept", function()
         .. "table%)$", err)
     end
   end)
+
+  it("the operation raising: in every door nothing is counted, a probe "
+     .. "is given back, the error goes on as it came", function()
+    local http = require "backoff.http"
+    local t = { 0 }
+    local clock = function() return t[1] end
+    local doors = {
+      function(p, br, m, f)
+        return backoff.retry(p, f, { breaker = br, metrics = m })
+      end,
+      function(p, br, m, f)
+        return http.request(p, f, { method = "GET", breaker = br,
+                                    metrics = m })
+      end,
+    }
+    for i, door in ipairs(doors) do
+      local br = backoff.breaker { failures = 1, clock = clock, probes = 1,
+        policy = backoff.constant { delay = 1 } }
+      br:record(false)                        -- open
+      t[1] = t[1] + 2                         -- half-open: one probe
+      local m = metrics.new("raise" .. i, { shared = false })
+      local p = backoff.constant { delay = 0, max_attempts = 3 }
+      local ok, err = pcall(door, p, br, m, function() error({ bug = i }) end)
+      assert.is_false(ok)
+      assert.same({ bug = i }, err)           -- as it came
+      -- the probe's slot is free again: the next caller probes at once
+      local probe, ticket = br:allow()
+      assert.is_true(probe, "door " .. i)
+      assert.equal("table", type(ticket))
+      br:release(ticket)
+      assert.equal(0, m:counts().attempts + m:counts().successes)
+      assert.same({}, m:counts().giveups)
+    end
+  end)
 end)

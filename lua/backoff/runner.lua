@@ -166,7 +166,7 @@ local function lean(policy, f, b, ropts, fn)
     return nil, nil, "max_actual_duration"
   end
   return after_lean(policy, f, obj, ropts, t0, timeout, now, ticket, fn,
-                    fn(1, timeout))
+                    setup.guarded(br, ticket, fn, 1, timeout))
 end
 
 local function first(method, policy, fn, ropts)
