@@ -249,13 +249,15 @@ describe("backoff.breaker", function()
       function()
         local w = world()
         local br = make(w, { failure_ratio = 0.5, min_calls = 10 })
-        fail(br, 9)                       -- 9 calls: below min_calls
+        succeed(br, 9)
+        fail(br, 1)                       -- 10 calls, 1 failure
         assert.equal("closed", (br:state()))
         local _, info = br:state()
-        assert.same({ 9, 9, 0 }, { info.calls, info.failures, info.slow })
+        assert.same({ 10, 1, 0 }, { info.calls, info.failures, info.slow })
         w.t = w.t + 0.5
-        succeed(br, 9)                    -- 9 of 18 fail
-        fail(br)                          -- 10 of 19: > 0.5
+        fail(br, 7)                       -- 8 of 17 fail
+        assert.equal("closed", (br:state()))
+        fail(br)                          -- 9 of 18: the ratio
         assert.equal("open", (br:state()))
       end)
 
