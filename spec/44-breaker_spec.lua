@@ -460,7 +460,8 @@ describe("backoff.breaker", function()
   describe("lost probes", function()
     it("free their slot after probe_timeout", function()
       local w = world()
-      local br = make(w, { failures = 2, probe_timeout = 5 })
+      local br = make(w, { failures = 2, probe_timeout = 5,
+                           half_open_timeout = 60 })
       fail(br, 2)
       w.t = w.t + 1
       local ok, lost = br:allow()          -- never reports
@@ -483,7 +484,8 @@ describe("backoff.breaker", function()
     it("are given back by release; a stale release frees nobody else's",
       function()
         local w = world()
-        local br = make(w, { failures = 1, probe_timeout = 5 })
+        local br = make(w, { failures = 1, probe_timeout = 5,
+                             half_open_timeout = 60 })
         fail(br)
         w.t = w.t + 1
         local _, t1 = br:allow()
@@ -633,7 +635,8 @@ describe("backoff.breaker", function()
 
     it("keeps one per process without a dict", function()
       local w = world()
-      local a = breaker.new { failures = 1, clock = w.clock }
+      local a = breaker.new { failures = 1, clock = w.clock,
+                              half_open_timeout = 60 }
       local b = breaker.new { failures = 1, clock = w.clock }
       fail(a)
       assert.equal("open", (a:state()))

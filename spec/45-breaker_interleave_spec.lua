@@ -179,8 +179,10 @@ describe("breaker races, every interleaving", function()
   -- counted first on c<E> (the dict holds the sum right after each
   -- incr).
   local function last_success_race(w, first)
-    local a = worker(w, "a", { failures = 1, probes = 2, probe_timeout = 5 })
-    local b = worker(w, "b", { failures = 1, probes = 2, probe_timeout = 5 })
+    local a = worker(w, "a", { failures = 1, probes = 2, probe_timeout = 5,
+      half_open_timeout = 60 })
+    local b = worker(w, "b", { failures = 1, probes = 2, probe_timeout = 5,
+      half_open_timeout = 60 })
     local tc, td
     return a, function()
       half_open(w, a)
@@ -285,8 +287,10 @@ describe("breaker races, every interleaving", function()
      .. "decision, never both", function()
     local outcomes = {}
     explore(function(w)
-      local a = worker(w, "a", { failures = 2, probe_timeout = 5 })
-      local b = worker(w, "b", { failures = 2, probe_timeout = 5 })
+      local a = worker(w, "a", { failures = 2, probe_timeout = 5,
+      half_open_timeout = 60 })
+      local b = worker(w, "b", { failures = 2, probe_timeout = 5,
+      half_open_timeout = 60 })
       local lost, next_
       return function()
         a:record(false)
