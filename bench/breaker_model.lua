@@ -107,7 +107,7 @@ end
 local function pct(a, b) return 100 * a / math.max(b, 1) end
 
 print("Part 1: random failures; the recommended breaker (opens at 90% of "
-      .. ">= 20 calls in 10 s, or 30 failures in a row)")
+      .. ">= 20 calls in 10 s, or 50 failures in a row)")
 print("| failing | requests/s per host | openings per hour | success "
       .. "without | success with |")
 print("|---|---|---|---|---|")

@@ -135,7 +135,8 @@ describe("backoff.breaker", function()
       assert.matches("option 'shared' must be", err3, 1, true)
     end)
 
-    it("recommended takes shared, key, clock, on_change and metrics only",
+    it("recommended takes shared, key, clock, on_change, metrics, mode, "
+       .. "policy, seed and random only",
       function()
         assert.error_matches(function()
           breaker.recommended { failures = 3 }
@@ -147,9 +148,9 @@ describe("backoff.breaker", function()
         local w = world()
         local br = breaker.recommended { shared = w.dict, key = "r",
                                          clock = w.clock }
-        -- 30 failures in a row open it (fewer than min_calls in the
+        -- 50 failures in a row open it (fewer than min_calls in the
         -- window would not, spread over time)
-        for _ = 1, 29 do
+        for _ = 1, 49 do
           br:record(false)
           w.t = w.t + 2
         end

@@ -40,10 +40,13 @@ local WHO = "backoff.breaker"
 
 -- The recommended rules (doc/breaker.md, "The recommended setting"),
 -- which are also the rules of a breaker given none: it opens when 90%
--- of at least 20 calls in the last 10 s failed, or after 30 failures in
--- a row; the open interval is exponential from 1 s, doubling to 60 s,
+-- of at least 20 calls in the last 10 s failed, or after 50 failures in
+-- a row (30 opened it at 80% failing, 0.8^30 = 1.2e-3 per attempt,
+-- where it cost more than it saved; 0.8^50 = 1.4e-5); the open
+-- interval is the policy's first delay after a probe that failed fast,
+-- its next after a hung one: exponential from 1 s, doubling to 60 s,
 -- +-20% jitter.
-local REC = { failure_ratio = 0.9, min_calls = 20, failures = 30 }
+local REC = { failure_ratio = 0.9, min_calls = 20, failures = 50 }
 local DEFAULT_POLICY = core.exponential { initial_delay = 1,
   max_delay = 60, jitter = "proportional", jitter_factor = 0.2 }
 
