@@ -544,7 +544,24 @@ print("amp: attempts / requests during the event; succ: % of its requests"
 M.print_tables(KINDS, results, SETTINGS)
 
 local failures, checked = {}, 0
-for _, m in ipairs(measure(results, KINDS, by_id)) do
+local measured = measure(results, KINDS, by_id)
+-- the breaker's figures, each (recbrk4: the recommended budget and
+-- breaker, host of 4, against the budget alone)
+local first = true
+for _, m in ipairs(measured) do
+  if m.rid == "recbrk4" and m.target ~= "brk" then
+    if first then
+      print("\nthe recommended budget + breaker, host of " .. HOST
+            .. " (target; ok):")
+      first = false
+    end
+    local t = TARGET[m.target]
+    print(("  %s: %s = " .. t.fmt .. " (%s; %s)"):format(m.what, t.text,
+      m.value, t.limit or "reported", m.ok == nil and "-" or
+      (m.ok and "ok" or "MISSED")))
+  end
+end
+for _, m in ipairs(measured) do
   if m.ok ~= nil then
     checked = checked + 1
     if not m.ok then
