@@ -364,6 +364,24 @@ describe("half_open_timeout", function()
       assert.equal("open", (br:state()))
     end)
 
+  it("ignores a first-probe time from before the period (not its own)",
+    function()
+      local w = world()
+      local br = make(w, { failures = 1, probe_timeout = 30,
+                           half_open_timeout = 5 })
+      rec(br, 1, false)
+      w.t = w.t + 1
+      local ok, ticket = br:allow()
+      assert.is_true(ok)
+      for k in pairs(w.dict.data) do     -- an older writer's value
+        if k:match("^api|h") then w.dict.data[k] = 1 end
+      end
+      assert.is_false((br:allow()))      -- the slot is held
+      assert.equal("half_open", (br:state()))
+      br:record(true, ticket, 0.1)
+      assert.equal("closed", (br:state()))
+    end)
+
   it("defaults to probe_timeout", function()
     local w = world()
     local br = make(w, { failures = 1, probe_timeout = 3 })

@@ -272,9 +272,11 @@ end
 -- probe was admitted (K|h<E> holds that time): true when it is over.
 -- The first caller to see it reopens it, through the probes' counter
 -- (a hung failure: one reopening however many see it)
+-- (a time before the period could start is not one it wrote: ignored)
 local function stalled(self, rec, now)
   local t0 = self.dict:get(self.pre .. "h" .. rec.etext)
-  return type(t0) == "number" and now - t0 >= self.half_open_timeout
+  return type(t0) == "number" and t0 >= rec.until_ - 1
+         and now - t0 >= self.half_open_timeout
 end
 
 local function end_stalled(self, rec)
