@@ -339,4 +339,37 @@ describe("breaker races, every interleaving", function()
       end
     end)
   end)
+
+  it("two workers find half-open silent past half_open_timeout while "
+     .. "its probe reports late: one decision, never both", function()
+    local outcomes = {}
+    local n = explore(function(w)
+      local o = { failures = 1, probe_timeout = 30, half_open_timeout = 5 }
+      local a, b, c = worker(w, "a", o), worker(w, "b", o), worker(w, "c", o)
+      local probe
+      return function()
+        half_open(w, a)
+        probe = select(2, c:allow())
+        assert.is_not_nil(probe)
+        w.t = w.t + 5
+        w.log = {}
+      end, {
+        function() a:allow() end,
+        function() b:allow() end,
+        function() c:record(true, probe, 5) end,
+      }, function(log)
+        local closed = transitions(log, "half_open", "closed")
+        local reopened = transitions(log, "half_open", "open")
+        assert.equal(1, closed + reopened, dump(log))
+        outcomes[closed == 1 and "closed" or "open"] = true
+        if reopened == 1 then
+          local s, info = a:state()
+          assert.equal("open", s)
+          assert.equal(2, info.interval)        -- as after a hung probe
+        end
+      end
+    end, 3000)
+    assert.is_true(outcomes.closed and outcomes.open)
+    assert.is_true(n >= 100, n)
+  end)
 end)
