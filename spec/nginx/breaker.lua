@@ -122,13 +122,21 @@ local function transitions()
     if from then
       t[#t + 1] = { from = from, to = to, at = tonumber(at),
         interval = tonumber(interval), opening = tonumber(opening),
-        pid = pid, hung = tonumber(hung) }
+        pid = pid, hung = tonumber(hung), seq = #t + 1 }
     else
       local v = line:match("^ms (%S+)$")
       if v then ms[#ms + 1] = tonumber(v) end
     end
   end
-  table.sort(t, function(a, b) return a.at < b.at end)
+  -- by time, then in the order the hooks logged them: ngx.now() is
+  -- the millisecond of the event loop's turn, and a probe that fails
+  -- fast (503 from 127.0.0.1) can reopen it in the millisecond its
+  -- half-open period was announced (an unstable sort on time alone put
+  -- the reopening first)
+  table.sort(t, function(a, b)
+    if a.at ~= b.at then return a.at < b.at end
+    return a.seq < b.seq
+  end)
   return t, ms
 end
 
