@@ -26,8 +26,8 @@ local now_of = require("backoff.store").now
 local stats = require "backoff.breaker.stats"
 local state = require "backoff.breaker.state"
 
-local error, getmetatable, ipairs, next, pcall, rawget, setmetatable,
-      tostring, type = error, getmetatable, ipairs, next, pcall, rawget,
+local error, getmetatable, ipairs, pcall, rawget, setmetatable,
+      tostring, type = error, getmetatable, ipairs, pcall, rawget,
       setmetatable, tostring, type
 local floor, huge = math.floor, math.huge
 local repr, raise = util.repr, check.raise
@@ -432,22 +432,14 @@ function M.new(opts) return new(opts) end
 --- breaker.recommended(opts) -> the recommended breaker: opts takes
 -- shared, key, clock, on_change, metrics, mode, and the open intervals'
 -- policy, seed and random (tune breaker.new instead)
-local REC_OPTS = { shared = true, key = true, clock = true,
-                   on_change = true, metrics = true, mode = true,
-                   policy = true, seed = true, random = true }
+local REC_OPTS = { "shared", "key", "clock", "on_change", "metrics",
+                   "mode", "policy", "seed", "random" }
 function M.recommended(opts)
   if opts ~= nil and type(opts) ~= "table" then
     raise(WHO .. ".recommended: options must be a table (got "
           .. type(opts) .. ")")
   end
-  for k in next, opts or {} do
-    if not REC_OPTS[k] then
-      raise(WHO .. ".recommended: unknown option " .. repr(k) .. " (it "
-            .. "takes shared, key, clock, on_change, metrics, mode, "
-            .. "policy, seed and random; tune backoff.breaker.new "
-            .. "instead)")
-    end
-  end
+  check.only(WHO .. ".recommended", opts, REC_OPTS, "backoff.breaker.new")
   return new(opts)
 end
 

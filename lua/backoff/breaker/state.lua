@@ -159,10 +159,13 @@ end
 
 -- the escalation of open record rec: 1 + the hung probes in a row
 local function escalation(self, rec)
-  local j = self.dict:get(self.pre .. "j" .. rec.etext)
+  local key = self.pre .. "j" .. rec.etext
+  local j = self.dict:get(key)
+  if j == nil then return 1 end
   if type(j) == "number" and j >= 1 and j == floor(j) and j < 2 ^ 31 then
     return j
   end
+  store.corrupt(self.dict, key, j, self.name)
   return 1
 end
 
@@ -274,9 +277,14 @@ end
 -- (a hung failure: one reopening however many see it)
 -- (a time before the period could start is not one it wrote: ignored)
 local function stalled(self, rec, now)
-  local t0 = self.dict:get(self.pre .. "h" .. rec.etext)
-  return type(t0) == "number" and t0 >= rec.until_ - 1
-         and now - t0 >= self.half_open_timeout
+  local key = self.pre .. "h" .. rec.etext
+  local t0 = self.dict:get(key)
+  if t0 == nil then return false end
+  if type(t0) ~= "number" or t0 ~= t0 or t0 > now + 1 then
+    store.corrupt(self.dict, key, t0, self.name)  -- not a time it wrote
+    return false
+  end
+  return t0 >= rec.until_ - 1 and now - t0 >= self.half_open_timeout
 end
 
 local function end_stalled(self, rec)
