@@ -80,6 +80,10 @@ local RULES = {
   hung_after = check.number { min = 0, max = MAX_PROBE, open_min = true,
     default = 1, text = "a number of seconds > 0 and <= 600 "
       .. "(milliseconds are not seconds)" },
+  -- a run the breaker refuses waits its policy's delays and asks again
+  -- for up to `hold` seconds (lua/backoff/engine/hold.lua)
+  hold = check.number { min = 0, max = 60, default = 0, text = "a number "
+    .. "of seconds >= 0 and <= 60 (milliseconds are not seconds)" },
   mode = check.one_of({ "enforce", "observe" }, { default = "enforce",
     text = '"enforce" (refuses while open) or "observe" (records and '
       .. 'reports, never refuses)' }),
@@ -366,6 +370,13 @@ function Breaker:force(to)
   end
 end
 
+--- br:hold() -> the seconds a run it refuses is held (the engine waits
+-- the policy's delays and asks again; 0: the run ends at once)
+function Breaker:hold()
+  if getmetatable(self) ~= Breaker then bad_self("hold", self) end
+  return self.hold_
+end
+
 --- br:key() -> the breaker's name
 function Breaker:key()
   if getmetatable(self) ~= Breaker then bad_self("key", self) end
@@ -411,7 +422,7 @@ local function new(opts)
     window = o.window, buckets = o.buckets, min_calls = o.min_calls,
     probes = o.probes, probe_timeout = o.probe_timeout,
     half_open_timeout = o.half_open_timeout or o.probe_timeout,
-    hung_after = o.hung_after, mode = o.mode,
+    hung_after = o.hung_after, mode = o.mode, hold_ = o.hold,
     observe = o.mode == "observe",
     draws = draws_of(o),
     clock = clock_of(o), on_change = o.on_change, metrics = o.metrics,
@@ -430,17 +441,20 @@ end
 function M.new(opts) return new(opts) end
 
 --- breaker.recommended(opts) -> the recommended breaker: opts takes
--- shared, key, clock, on_change, metrics, mode, and the open intervals'
--- policy, seed and random (tune breaker.new instead)
+-- shared, key, clock, on_change, metrics, mode, hold (default 2 s), and
+-- the open intervals' policy, seed and random (tune breaker.new instead)
 local REC_OPTS = { "shared", "key", "clock", "on_change", "metrics",
-                   "mode", "policy", "seed", "random" }
+                   "mode", "hold", "policy", "seed", "random" }
+local REC_HOLD = 2
 function M.recommended(opts)
   if opts ~= nil and type(opts) ~= "table" then
     raise(WHO .. ".recommended: options must be a table (got "
           .. type(opts) .. ")")
   end
   check.only(WHO .. ".recommended", opts, REC_OPTS, "backoff.breaker.new")
-  return new(opts)
+  local o = { hold = REC_HOLD }
+  for k, v in pairs(opts or {}) do o[k] = v end
+  return new(o)
 end
 
 --- breaker.default_policy() -> a copy of the default open-interval policy
