@@ -67,6 +67,14 @@
 local backoff = require "backoff"
 
 local floor, log = math.floor, math.log
+
+-- the seconds a breaker holds a run it refuses (its hold(); nil: none)
+local function holds(brk)
+  local f = brk.hold
+  local s = type(f) == "function" and f(brk)
+  if type(s) == "number" and s > 0 then return s end
+  return nil
+end
 local here = debug.getinfo(1, "S").source:match("^@(.-)[^/]*$") or "./"
 local new_dict = dofile(here .. "../spec/budget_dict.lua")
 local new_heap = dofile(here .. "heap.lua")
@@ -237,7 +245,9 @@ local function simulate(params, event, setting)
     local c = rclient[id]
     local bud = budgets[c]
     local brk = breakers[c]
-    if brk and not brk:allows() then   -- open: no retry, nothing paid
+    -- open: no retry, nothing paid (a breaker that holds is asked
+    -- after the wait, as the engine does)
+    if brk and not holds(brk) and not brk:allows() then
       robj[id] = nil
       return
     end
@@ -288,13 +298,36 @@ local function simulate(params, event, setting)
     return fail_draw() < share_fail
   end
 
+  -- A run the breaker refuses is held as the engine holds it
+  -- (lua/backoff/engine/hold.lua): it waits its policy's next delay and
+  -- asks again while that ask comes within hold() seconds of its start
+  -- (a retry keeps its payment; a first attempt pays nothing).
+  local function held(id, t, brk)
+    local hold = retries and holds(brk)
+    if not hold then return false end
+    local b = robj[id]
+    if not b then
+      opts.seed = P.seed * 1000003 + id
+      opts.start = rstart[id]
+      b = backoff.new(strategy, opts)
+      robj[id] = b
+    end
+    local delay = b:failure(t)
+    if not delay or delay <= 0 or t + delay - rstart[id] > hold then
+      return false
+    end
+    push(t + delay, RETRY, id)
+    return true
+  end
+
   local function attempt(id, t)
     local c = rclient[id]
     local brk = breakers[c]
     if brk then
       local ok, ticket = brk:allow()
-      if not ok then                    -- not made: the request ends
+      if not ok then                    -- not made: held, or the end
         opened = opened + 1
+        if held(id, t, brk) then return end
         local bud = budgets[c]
         if bud and rattempt[id] > 1 then give_back(bud, id) end
         robj[id] = nil

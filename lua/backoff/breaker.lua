@@ -445,7 +445,7 @@ function M.new(opts) return new(opts) end
 -- the open intervals' policy, seed and random (tune breaker.new instead)
 local REC_OPTS = { "shared", "key", "clock", "on_change", "metrics",
                    "mode", "hold", "policy", "seed", "random" }
-local REC_HOLD = 2
+local REC_HOLD = 4
 function M.recommended(opts)
   if opts ~= nil and type(opts) ~= "table" then
     raise(WHO .. ".recommended: options must be a table (got "
