@@ -223,7 +223,7 @@ function Up:balancer()
   local o = ctx and ctx[self.ctx_key]
   if o == nil then
     o = { budget = self.budget, metrics = self.metrics,
-          breaker = self.peers:pick(), key = self.ctx_key }
+          breaker = self.peers:pick(), key = self.ctx_key .. ":try" }
     if ctx then ctx[self.ctx_key] = o end
   end
   local ok, attempt, timeout = balancer(self.policy, o)
