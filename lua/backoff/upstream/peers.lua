@@ -171,20 +171,20 @@ local function take(self, i, inner)
   return true, k
 end
 
--- pass 1: untried peers whose breaker allows; pass 2: any that allows
-local function scan(self, again, over)
-  local list, n, tried = self.list, self.n, self.tried
-  for j = 0, n - 1 do
+-- the first peer in the request's order (untried ones only, unless
+-- again) whose breaker allows it, or that the bound treats as allowed
+-- (the overflow is read only after a refusal)
+local function scan(self, again)
+  local list, tried, over = self.list, self.tried, nil
+  for j = 0, self.n - 1 do
     local i = nth(self, j)
     if again or not tried[i] then
       local br = list[i].br
       if not br then return take(self, i, nil) end
-      if over and over[i] then return take(self, i, nil) end
-      if not over then
-        local ok, ticket = br:allow()
-        if ok then return take(self, i, ticket) end
-        self.refused = true
-      end
+      local ok, ticket = br:allow()
+      if ok then return take(self, i, ticket) end
+      if over == nil then over = self.set:overflow(list) end
+      if over[i] then return take(self, i, nil) end
     end
   end
   return false
@@ -193,17 +193,7 @@ end
 --- pick:allow() -> true, ticket | false: the next try's peer (pick.peer)
 function Pick:allow()
   if scan(self, false) then return true, self.k end
-  if self.refused then
-    local over = self.set:overflow(self.list)
-    if scan(self, false, over) then return true, self.k end
-  end
-  if self.k >= self.n then
-    if scan(self, true) then return true, self.k end
-    if self.refused then
-      local over = self.set:overflow(self.list)
-      if scan(self, true, over) then return true, self.k end
-    end
-  end
+  if self.k >= self.n and scan(self, true) then return true, self.k end
   return false
 end
 
