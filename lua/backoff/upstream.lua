@@ -22,12 +22,12 @@
 local build = require "backoff.upstream.build"
 local peers_mod = require "backoff.upstream.peers"
 local status = require "backoff.upstream.status"
+local counts = require "backoff.upstream.counts"
 local backoff = require "backoff"
 local http = require "backoff.http"
 local check = require "backoff.check"
 local store = require "backoff.store"
 local util = require "backoff.util"
-local metrics = require "backoff.metrics"
 local budget_mod = require "backoff.budget"
 
 local error, ipairs, pairs, rawget, setmetatable, tostring, type =
@@ -54,7 +54,7 @@ end
 local function counter_for(self)
   local m = self.metrics
   if not m then return nil end
-  local add, keys = metrics._ext.add, {}
+  local keys = {}
   return function(peer, ok)
     local by = keys[peer]
     if not by then
@@ -62,7 +62,7 @@ local function counter_for(self)
              [false] = status.try_key(self.name, peer, false) }
       keys[peer] = by
     end
-    add(m, by[ok])
+    m:count(by[ok])
   end
 end
 
@@ -72,7 +72,8 @@ local function declare(o)
   self.dict = store.dict(o.shared, o.clock)
   self.policy = build.policy(o.policy, "policy")
   self.budget = build.budget(o)
-  self.metrics = build.metrics(o)
+  local recorder = build.metrics(o)
+  self.metrics = recorder and counts.new(recorder, o.clock)
   self.hedge = build.hedge(o, self.budget)
   local make = build.breaker(o, o.peers ~= nil, hook_for(self))
   if o.peers ~= nil then

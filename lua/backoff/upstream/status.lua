@@ -294,4 +294,14 @@ end
 local writers = metrics._writers
 writers[#writers + 1] = write
 
+-- before the text of a dict: the counts this worker holds back
+local function flush(dict)
+  for _, up in ipairs(S.declared) do
+    local m = up.metrics
+    if m and m.dict == dict and m.flush then pcall(m.flush, m) end
+  end
+end
+local before = metrics._before
+before[#before + 1] = flush
+
 return S
