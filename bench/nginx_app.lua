@@ -4,7 +4,7 @@
 local backoff = require "backoff"
 
 local M = {}
-local policy, ropts, ropts_breaker
+local policy, ropts, ropts_breaker, up
 
 -- README's OpenResty policy, built once in init_by_lua (before the fork)
 function M.init()
@@ -20,6 +20,14 @@ function M.init()
   ropts_breaker = { budget = ropts.budget,
     breaker = backoff.breaker.recommended {
       shared = ngx.shared.breakers, key = "bench" } }
+  -- a declared upstream: the same policy, the recommended budget,
+  -- breaker and metrics, in one dict of its own (no peers: up:call's
+  -- happy path)
+  up = require("backoff.upstream").new { name = "bench",
+    shared = ngx.shared.upstream, policy = { strategy = "exponential",
+      initial_delay = 0.05, max_delay = 1, jitter = "full",
+      max_attempts = 5, max_actual_duration = 3,
+      adjust_timeout_factor = 0.5, min_adjust_timeout = 0.2 } }
 end
 
 -- the operation: succeeds at once
@@ -39,6 +47,11 @@ end
 
 function M.breaker()
   local body = backoff.retry(policy, op, ropts_breaker)
+  ngx.say(body)
+end
+
+function M.upstream()
+  local body = up:call(op)
   ngx.say(body)
 end
 

@@ -407,6 +407,7 @@ end
 -- kept in dict (nil: this Lua state's own counters)
 function M.prometheus(dict)
   check_dict(dict, "prometheus")
+  for _, f in ipairs(M._before) do f(dict) end    -- counts held back
   local rows = {}                   -- counter -> { label text -> value }
   for k, v in pairs(snapshot(dict)) do
     local counter, labels = labels_of(k)
@@ -463,9 +464,13 @@ end
 
 -- other modules' families (backoff.breaker's), written after these
 M._writers = {}             -- w(out, dict) appends its lines to out
+M._before = {}              -- f(dict) writes the counts it holds back
 M._ext = { PREFIX = PREFIX, escape = escape, number = number,
   snapshot = snapshot, recorder_mt = Recorder, add = function(m, key)
     m.keys[key] = key      -- a key of its own under PREFIX, added 1
-    add(m, key, 1) end }
+    add(m, key, 1) end,
+  add_n = function(m, key, n)
+    m.keys[key] = key      -- the same, added n
+    add(m, key, n) end }
 
 return M
