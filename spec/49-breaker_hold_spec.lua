@@ -1,6 +1,6 @@
 -- A run the breaker refuses is held (lua/backoff/engine/hold.lua): it
 -- waits its policy's delays and asks again for up to br:hold() seconds,
--- in the doors that wait; the recommended breaker holds 2 s.
+-- in the doors that wait; the recommended breaker holds 4 s.
 local backoff = require "backoff"
 local breaker = backoff.breaker
 local http = require "backoff.http"
@@ -117,8 +117,8 @@ describe("a run the breaker refuses", function()
     assert.equal(1, calls)
   end)
 
-  it("the recommended breaker holds 2 s; hold is checked", function()
-    assert.equal(2, breaker.recommended():hold())
+  it("the recommended breaker holds 4 s; hold is checked", function()
+    assert.equal(4, breaker.recommended():hold())
     assert.equal(0, breaker.recommended { hold = 0 }:hold())
     assert.equal(0, breaker.new {}:hold())
     for _, v in ipairs { -1, 61, 0 / 0, "2", 2000 } do

@@ -441,7 +441,7 @@ end
 function M.new(opts) return new(opts) end
 
 --- breaker.recommended(opts) -> the recommended breaker: opts takes
--- shared, key, clock, on_change, metrics, mode, hold (default 2 s), and
+-- shared, key, clock, on_change, metrics, mode, hold (default 4 s), and
 -- the open intervals' policy, seed and random (tune breaker.new instead)
 local REC_OPTS = { "shared", "key", "clock", "on_change", "metrics",
                    "mode", "hold", "policy", "seed", "random" }

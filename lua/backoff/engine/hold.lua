@@ -1,7 +1,7 @@
 -- backoff.engine.hold: an attempt the breaker refuses is held, not
 -- dropped (internal; the engine's, for the doors that wait).
 --
--- A breaker that says `hold()` > 0 (the recommended breaker: 2 s) does
+-- A breaker that says `hold()` > 0 (the recommended breaker: 4 s) does
 -- not end a run it refuses: the run waits its policy's next delay, as
 -- after a failure that cost nothing (no request was sent, nothing is
 -- recorded), and asks the breaker again, for at most hold() seconds from
