@@ -412,6 +412,8 @@ test: deps-test $(foreach v,$(LUA_VERSIONS),$(call MODULE,$(v)))
 	  $(CURDIR)
 	@$(SUITE) nginx-breaker timeout 120 lua5.4 spec/nginx/breaker.lua $(CURDIR)
 	@$(SUITE) nginx-store timeout 120 lua5.4 spec/nginx/store.lua $(CURDIR)
+	@$(SUITE) nginx-breaker-days timeout 240 lua5.4 \
+	  spec/nginx/breaker_days.lua $(CURDIR)
 	@$(SUITE) nginx-upstream timeout 150 lua5.4 spec/nginx/upstream.lua $(CURDIR)
 	@$(SUITE) luarocks-make $(MAKE) -s rock-test
 	@$(SUITE) luacheck $(MAKE) -s lint
