@@ -465,7 +465,22 @@ end
 -- other modules' families (backoff.breaker's), written after these
 M._writers = {}             -- w(out, dict) appends its lines to out
 M._before = {}              -- f(dict) writes the counts it holds back
+-- one family's lines (other modules' families: the breaker's, the
+-- upstreams'), samples sorted; none without a sample
+local function family(out, name, kind, help, samples)
+  local labels = {}
+  for l in pairs(samples) do labels[#labels + 1] = l end
+  if #labels == 0 then return end
+  sort(labels)
+  out[#out + 1] = "# HELP " .. name .. " " .. help
+  out[#out + 1] = "# TYPE " .. name .. " " .. kind
+  for _, l in ipairs(labels) do
+    out[#out + 1] = name .. "{" .. l .. "} " .. number(samples[l])
+  end
+end
+
 M._ext = { PREFIX = PREFIX, escape = escape, number = number,
+  family = family,
   snapshot = snapshot, recorder_mt = Recorder, add = function(m, key)
     m.keys[key] = key      -- a key of its own under PREFIX, added 1
     add(m, key, 1) end,

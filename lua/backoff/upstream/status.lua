@@ -235,7 +235,7 @@ end
 -- Prometheus: per upstream and peer
 
 local X = metrics._ext
-local PREFIX, escape, number = X.PREFIX, X.escape, X.number
+local PREFIX, escape = X.PREFIX, X.escape
 local STATE = { closed = 0, open = 1, half_open = 2 }
 
 --- S.try_key(name, peer, ok) -> the counter key of a peer's tries
@@ -244,17 +244,7 @@ function S.try_key(name, peer, ok)
     .. (ok and "success" or "failure")
 end
 
-local function family(out, name, kind, help, samples)
-  local labels = {}
-  for l in pairs(samples) do labels[#labels + 1] = l end
-  if #labels == 0 then return end
-  sort(labels)
-  out[#out + 1] = "# HELP " .. name .. " " .. help
-  out[#out + 1] = "# TYPE " .. name .. " " .. kind
-  for _, l in ipairs(labels) do
-    out[#out + 1] = name .. "{" .. l .. "} " .. number(samples[l])
-  end
-end
+local family = X.family
 
 local TRY = "^" .. PREFIX .. "upstream_tries\t([^\t]+)\t([^\t]+)\t(%l+)$"
 
