@@ -53,8 +53,6 @@ describe("store.dict of this Lua state", function()
   it("is the shared dict itself when one is given", function()
     local shared = {}
     assert.equal(shared, store.dict(shared))
-    assert.is_false(store.is_local(shared))
-    assert.is_true(store.is_local(store.dict()))
   end)
 end)
 
