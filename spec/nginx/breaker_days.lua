@@ -6,11 +6,11 @@
 --      closes within 2 s of its return, and the upstream's own log shows
 --      the traffic back by then; while dead, the upstream sees a tenth
 --      of the requests or less;
---   B. the upstream flapping (down 5 s, up 5 s) for 30 s, with the
+--   B. the upstream flapping (down 5 s, up 5 s) for 20 s, with the
 --      breaker and without it side by side: the success with it is not
---      below the success without it (3 points of tolerance: 600
+--      below the success without it (3 points of tolerance: 400
 --      requests each).
--- Bounded: 40 requests/s for about 75 s, then 2 x 20/s for 30 s; nginx
+-- Bounded: 40 requests/s for about 75 s, then 2 x 20/s for 20 s; nginx
 -- runs under `timeout` and is stopped by its pid.  TAP.
 --   lua5.4 spec/nginx/breaker_days.lua ROOT
 local ROOT = assert(arg[1], "usage: breaker_days.lua ROOT")
@@ -107,7 +107,7 @@ local function outage_day()
 end
 
 local function flapping_day()
-  local secs, rate = 30, 20
+  local secs, rate = 20, 20
   mode("flap 5 5")
   local w = H.start_get(port, ("/drive?route=with&tag=W&secs=%d&rate=%d")
     :format(secs, rate), secs + 40)
