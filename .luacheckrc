@@ -13,5 +13,6 @@ files["spec/nginx/http_app.lua"] = { globals = { "ngx" } }
 files["spec/nginx/balancer_app.lua"] = { globals = { "ngx" } }
 files["spec/nginx/hedge_app.lua"] = { globals = { "ngx" } }
 files["spec/nginx/breaker_app.lua"] = { globals = { "ngx" } }
+files["spec/nginx/breaker_days_app.lua"] = { globals = { "ngx" } }
 files["spec/nginx/store_app.lua"] = { globals = { "ngx" } }
 files["spec/nginx/fleet_redis_app.lua"] = { globals = { "ngx" } }

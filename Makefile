@@ -136,7 +136,7 @@ PKGS_demo  := $(call build_pkgs,5.4) luarocks
 PKGS_test  := $(COMPILER) $(foreach v,$(LUA_VERSIONS),$(call lua_dev,$(v))) \
               lua-busted lua-check lua-socket luarocks libcmocka-dev \
               valgrind clang libclang-rt-dev nginx libnginx-mod-http-lua \
-              python3-prometheus-client redis-server
+              python3-prometheus-client chromium redis-server
 PKGS_bench := $(call build_pkgs,5.4) $(call build_pkgs,luajit)
 PKGS_jit-check := $(call build_pkgs,luajit)
 PKGS_bench-nginx := $(call build_pkgs,luajit) lua5.4 lua-socket nginx \
@@ -412,6 +412,9 @@ test: deps-test $(foreach v,$(LUA_VERSIONS),$(call MODULE,$(v)))
 	  $(CURDIR)
 	@$(SUITE) nginx-breaker timeout 120 lua5.4 spec/nginx/breaker.lua $(CURDIR)
 	@$(SUITE) nginx-store timeout 120 lua5.4 spec/nginx/store.lua $(CURDIR)
+	@$(SUITE) nginx-breaker-days timeout 240 lua5.4 \
+	  spec/nginx/breaker_days.lua $(CURDIR)
+	@$(SUITE) nginx-upstream timeout 150 lua5.4 spec/nginx/upstream.lua $(CURDIR)
 	@$(SUITE) nginx-fleet-redis timeout 180 lua5.4 spec/nginx/fleet_redis.lua \
 	  $(CURDIR)
 	@$(SUITE) luarocks-make $(MAKE) -s rock-test

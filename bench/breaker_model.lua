@@ -58,7 +58,7 @@ local function run(rate, duration, upstream, with_breaker, seed, from, to)
   local push, pop, empty = heap()
   -- kinds: 1 a request arrives, 2 an attempt starts, 3 an attempt ends
   push(-math.log(1 - rand()) / rate, 1, 0, 0)
-  local objs, tickets = {}, {}
+  local objs, tickets, sent = {}, {}, {}
   local id = 0
   while not empty() do
     local t, kind, r, a = pop()
@@ -78,7 +78,7 @@ local function run(rate, duration, upstream, with_breaker, seed, from, to)
         c.refused = c.refused + 1
         objs[r] = nil
       else
-        tickets[r] = ticket
+        tickets[r], sent[r] = ticket, t
         c.attempts = c.attempts + 1
         local fails, took = upstream(t, rand)
         if t >= from and t < to then
@@ -90,7 +90,8 @@ local function run(rate, duration, upstream, with_breaker, seed, from, to)
     else
       local fails = a > 0
       a = fails and a or -a
-      if br then br:record(not fails, tickets[r], 0) end
+      -- the seconds it took: a hung probe lengthens the next interval
+      if br then br:record(not fails, tickets[r], t - sent[r]) end
       tickets[r] = nil
       if not fails then
         c.ok = c.ok + 1
@@ -107,7 +108,7 @@ end
 local function pct(a, b) return 100 * a / math.max(b, 1) end
 
 print("Part 1: random failures; the recommended breaker (opens at 90% of "
-      .. ">= 20 calls in 10 s, or 30 failures in a row)")
+      .. ">= 20 calls in 10 s, or 50 failures in a row)")
 print("| failing | requests/s per host | openings per hour | success "
       .. "without | success with |")
 print("|---|---|---|---|---|")

@@ -120,7 +120,7 @@ local function main()
     PORT = ports.load, FRONT = ports.front }, total)
   print(("hedging: policy max_attempts 3; fixed delay %s s; adaptive "
     .. "hedge.latency { percentile = %s, min_delay = %s, max_delay = %s }; "
-    .. "budget.ratio { percent = %s, min_per_second = %s, ttl = 10 } and "
+    .. "budget.ratio { percent = %s, min_per_second = %s, window = 10 } and "
     .. "hedge.pace { percent = %s } per mix and route, shared"):format(
     S.DELAY, S.PERCENTILE, S.MIN_DELAY, S.MAX_DELAY, S.PERCENT,
     S.MIN_PER_SECOND, S.PERCENT))

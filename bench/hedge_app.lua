@@ -90,7 +90,7 @@ local function budget_of(k, route)
   local b = budgets[k]
   if not b then
     b = budget.ratio { shared = ngx.shared.hedge_budget, key = k,
-      percent = S.percent, min_per_second = S.min_per_second, ttl = 10 }
+      percent = S.percent, min_per_second = S.min_per_second, window = 10 }
     budgets[k] = b
     paces[k] = hedge.pace { shared = ngx.shared.hedge_budget,
       key = "pace:" .. k, percent = S.percent }

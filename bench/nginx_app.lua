@@ -4,7 +4,7 @@
 local backoff = require "backoff"
 
 local M = {}
-local policy, ropts, ropts_breaker, ropts_fleet
+local policy, ropts, ropts_breaker, up, ropts_fleet
 
 -- README's OpenResty policy, built once in init_by_lua (before the fork)
 function M.init()
@@ -20,8 +20,16 @@ function M.init()
   ropts_breaker = { budget = ropts.budget,
     breaker = backoff.breaker.recommended {
       shared = ngx.shared.breakers, key = "bench" } }
+  -- a declared upstream: the same policy, the recommended budget,
+  -- breaker and metrics, in one dict of its own (no peers: up:call's
+  -- happy path)
+  up = require("backoff.upstream").new { name = "bench",
+    shared = ngx.shared.upstream, policy = { strategy = "exponential",
+      initial_delay = 0.05, max_delay = 1, jitter = "full",
+      max_attempts = 5, max_actual_duration = 3,
+      adjust_timeout_factor = 0.5, min_adjust_timeout = 0.2 } }
   -- the same breaker guarded by backoff.fleet (its timer not started:
-  -- what a request pays, one dict get more per allow and two per record;
+  -- what a request pays, one dict get more per allow and one per record;
   -- the timer's cost is one EVALSHA per host and interval, doc/fleet.md)
   local fl = require("backoff.fleet").new { shared = ngx.shared.fleet,
                                             host = "bench" }
@@ -47,6 +55,11 @@ end
 
 function M.breaker()
   local body = backoff.retry(policy, op, ropts_breaker)
+  ngx.say(body)
+end
+
+function M.upstream()
+  local body = up:call(op)
   ngx.say(body)
 end
 

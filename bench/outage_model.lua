@@ -30,6 +30,9 @@
 --                            (the upstream hangs: no server work)
 --   ... flap = { D, U }      ... only in the down phases: D seconds
 --                            down, U up, D down, ... from pre
+--   ... ramp = { U, H, D }   ... with probability p x (t / U) over the
+--                            first U seconds, p for H, then down to 0
+--                            over D (len = U + H + D)
 --   { brownout = f, len = L }  capacity x f during [pre, pre + L); an
 --                            attempt the server cannot take at once is
 --                            refused with 503 and Retry-After
@@ -64,6 +67,14 @@
 local backoff = require "backoff"
 
 local floor, log = math.floor, math.log
+
+-- the seconds a breaker holds a run it refuses (its hold(); nil: none)
+local function holds(brk)
+  local f = brk.hold
+  local s = type(f) == "function" and f(brk)
+  if type(s) == "number" and s > 0 then return s end
+  return nil
+end
 local here = debug.getinfo(1, "S").source:match("^@(.-)[^/]*$") or "./"
 local new_dict = dofile(here .. "../spec/budget_dict.lua")
 local new_heap = dofile(here .. "heap.lua")
@@ -129,6 +140,7 @@ local function simulate(params, event, setting)
   local share_fail = event.share or 0
   local brown = event.brownout
   local hang = event.timeout
+  local ramp = event.ramp
   local flap_down, flap_cycle
   if event.flap then
     flap_down = event.flap[1]
@@ -172,7 +184,7 @@ local function simulate(params, event, setting)
 
   -- per second (bin b covers [b - 1, b)): requests issued, attempts the
   -- server receives
-  local issued, received = {}, {}
+  local issued, received, ok_by = {}, {}, {}
   -- per request: client, issue time, attempt number, backoff object,
   -- what the last withdrawal paid, the breaker's ticket and the
   -- attempt's start
@@ -233,7 +245,9 @@ local function simulate(params, event, setting)
     local c = rclient[id]
     local bud = budgets[c]
     local brk = breakers[c]
-    if brk and not brk:allows() then   -- open: no retry, nothing paid
+    -- open: no retry, nothing paid (a breaker that holds is asked
+    -- after the wait, as the engine does)
+    if brk and not holds(brk) and not brk:allows() then
       robj[id] = nil
       return
     end
@@ -267,12 +281,43 @@ local function simulate(params, event, setting)
   -- (time, id) instead of the heap
   local done_t, done_id, dhead, dtail = {}, {}, 1, 0
 
+  -- the ramp's failing share at x seconds into the event
+  local function ramp_share(x)
+    local up, hold, down = ramp[1], ramp[2], ramp[3]
+    if x < up then return share_fail * x / up end
+    if x < up + hold then return share_fail end
+    return share_fail * math.max(0, 1 - (x - up - hold) / down)
+  end
+
   local function failing(t)
     if t < ev_start or t >= ev_end or share_fail == 0 then return false end
     if flap_cycle and (t - ev_start) % flap_cycle >= flap_down then
       return false
     end
+    if ramp then return fail_draw() < ramp_share(t - ev_start) end
     return fail_draw() < share_fail
+  end
+
+  -- A run the breaker refuses is held as the engine holds it
+  -- (lua/backoff/engine/hold.lua): it waits its policy's next delay and
+  -- asks again while that ask comes within hold() seconds of its start
+  -- (a retry keeps its payment; a first attempt pays nothing).
+  local function held(id, t, brk)
+    local hold = retries and holds(brk)
+    if not hold then return false end
+    local b = robj[id]
+    if not b then
+      opts.seed = P.seed * 1000003 + id
+      opts.start = rstart[id]
+      b = backoff.new(strategy, opts)
+      robj[id] = b
+    end
+    local delay = b:failure(t)
+    if not delay or delay <= 0 or t + delay - rstart[id] > hold then
+      return false
+    end
+    push(t + delay, RETRY, id)
+    return true
   end
 
   local function attempt(id, t)
@@ -280,8 +325,9 @@ local function simulate(params, event, setting)
     local brk = breakers[c]
     if brk then
       local ok, ticket = brk:allow()
-      if not ok then                    -- not made: the request ends
+      if not ok then                    -- not made: held, or the end
         opened = opened + 1
+        if held(id, t, brk) then return end
         local bud = budgets[c]
         if bud and rattempt[id] > 1 then give_back(bud, id) end
         robj[id] = nil
@@ -346,6 +392,8 @@ local function simulate(params, event, setting)
       done_t[dhead], done_id[dhead] = nil, nil
       dhead = dhead + 1
       ok_all = ok_all + 1
+      local ib = floor(rstart[id]) + 1
+      ok_by[ib] = (ok_by[ib] or 0) + 1
       if rstart[id] >= ev_start and rstart[id] < ev_end then
         ok_in = ok_in + 1
         local g = client_group[rclient[id]]
@@ -375,6 +423,16 @@ local function simulate(params, event, setting)
   for i in pairs(ovl_bins) do
     if i >= floor(ev_start * 10) then ovl_total = ovl_total + 0.1 end
   end
+  -- recovery: the seconds from the event's end to the end of the last
+  -- 1-second bin (by issue time) after it whose requests did not all
+  -- succeed; after: the success of the requests issued in the minute
+  -- after the event (or up to the end of the arrivals)
+  local recover, n_after, ok_after = 0, 0, 0
+  for b = floor(ev_end) + 1, floor(arrivals_end) do
+    local i, o = issued[b] or 0, ok_by[b] or 0
+    if o < i then recover = b - ev_end end
+    if b <= ev_end + 60 then n_after, ok_after = n_after + i, ok_after + o end
+  end
   local g_succ = {}
   for g = 1, NGROUPS do g_succ[g] = g_n[g] > 0 and g_ok[g] / g_n[g] or 1 end
   return {
@@ -388,6 +446,7 @@ local function simulate(params, event, setting)
     -- server refused a request or made one wait more than `slow`
     overloaded = ovl_total,
     shed = shed, peak_after = peak, opened = opened,
+    recover = recover, after = n_after > 0 and ok_after / n_after or 1,
     success = ok_all / n, success_in = ok_in / n_in, group_success = g_succ,
     requests = n, refused = refused,
     bins = bins, issued = issued, received = received,

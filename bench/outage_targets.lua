@@ -49,6 +49,20 @@ T.TARGETS = {
   { id = "brk", text = "failing 10-50%: the recommended breaker's "
     .. "refusals (it never opens), success within 1 point of the same "
     .. "setting without it", limit = "0", worst = "max", fmt = "%d" },
+  { id = "brec", text = "full outages 10, 60, 300 s: seconds until every "
+    .. "second's requests succeed again, budget + breaker", limit = "<= 2",
+    worst = "max", fmt = "%d" },
+  { id = "bafter", text = "full outages: the minute after's success, "
+    .. "budget + breaker minus budget alone (points)", limit = ">= -2",
+    worst = "min", fmt = "%.1f" },
+  { id = "bcut", text = "dead upstream 60 s: load with budget + breaker "
+    .. "(amplification)", limit = "<= 0.10", worst = "max", fmt = "%.3f" },
+  { id = "bpart", text = "ramp, 80% failing 60 s: success, budget + "
+    .. "breaker minus budget alone (points)", limit = ">= -2",
+    worst = "min", fmt = "%.1f" },
+  { id = "bflap", text = "flapping 5 s / 5 s: success, budget + breaker "
+    .. "minus budget alone (points)", limit = ">= -2", worst = "min",
+    fmt = "%.1f" },
 }
 T.TARGET = {}
 for _, t in ipairs(T.TARGETS) do T.TARGET[t.id] = t end
@@ -145,9 +159,45 @@ local function breaker(out, results, kinds, by_id)
   end
 end
 
+-- budget + breaker against the budget alone (host of 4): recovery after
+-- full outages, the load of a dead upstream, partly-up days
+local function breaker_days(out, results, kinds, by_id)
+  if not by_id.recbrk4 then return end
+  for k, kind in ipairs(kinds) do
+    for e, ev in ipairs(kind.events) do
+      local row = results[k][e]
+      local r, b = row.recbrk4, row.rec4
+      local what = ("%s, %s, %d s"):format(by_id.recbrk4.name, kind.title,
+                                           ev.len)
+      local function add(target, value, ok)
+        out[#out + 1] = { rid = "recbrk4", target = target, value = value,
+                          ok = ok, what = what }
+      end
+      if r and kind.recovery then
+        add("brec", r.recover, r.recover <= 2)
+        if b then
+          add("bafter", 100 * (r.after - b.after), r.after >= b.after - 0.02)
+        end
+      elseif r and kind.matrix and ev.share == 1 and ev.len == 60 then
+        add("bcut", r.amplification, r.amplification <= 0.10)
+      end
+      if r and b and kind.flap then
+        add("bflap", 100 * (r.success_in - b.success_in),
+            r.success_in >= b.success_in - 0.02)
+      elseif r and b and (kind.ramp
+                      or kind.matrix and ev.share == 0.8 and ev.len == 60)
+      then
+        add("bpart", 100 * (r.success_in - b.success_in),
+            r.success_in >= b.success_in - 0.02)
+      end
+    end
+  end
+end
+
 function T.measure(results, kinds, by_id)
   local out = {}
   breaker(out, results, kinds, by_id)
+  breaker_days(out, results, kinds, by_id)
   for _, rid in ipairs { "rec", "rec4" } do
     local ref = rid == "rec" and "token" or "token4"
     if by_id[rid] then
@@ -187,6 +237,8 @@ local function cell(kind, r)
   if kind.mixed then
     c = c .. (" %5.1f %5.1f"):format(100 * r.group_success[1],
                                      100 * r.group_success[2])
+  elseif kind.recovery then
+    c = c .. (" %3d %5.1f"):format(r.recover, 100 * r.after)
   elseif kind.wide then
     c = c .. (" %6d %4.1f"):format(r.shed, r.overloaded)
   end
@@ -196,7 +248,8 @@ end
 function T.print_tables(kinds, results, settings)
   for k, kind in ipairs(kinds) do
     kind.wide = kind.timeouts or kind.flap or kind.metastable
-    local w = (kind.wide or kind.mixed) and 30 or 18
+    local w = (kind.wide or kind.mixed) and 30 or kind.recovery and 28
+              or 18
     local head, sub = ("\n%-26s"):format(kind.title), ("%-26s"):format(
       "setting")
     if #kind.title > 26 then head, sub = "\n" .. kind.title .. "\n"
@@ -209,6 +262,8 @@ function T.print_tables(kinds, results, settings)
       sub = sub .. ("  %5s %5s %3s %4s"):format("amp", "succ", "dr", "ovl")
       if kind.mixed then
         sub = sub .. (" %5s %5s"):format("1/s", "20/s")
+      elseif kind.recovery then
+        sub = sub .. (" %3s %5s"):format("rec", "after")
       elseif kind.wide then
         sub = sub .. (" %6s %4s"):format("shed", "busy")
       end

@@ -135,7 +135,8 @@ describe("backoff.breaker", function()
       assert.matches("option 'shared' must be", err3, 1, true)
     end)
 
-    it("recommended takes shared, key, clock, on_change and metrics only",
+    it("recommended takes shared, key, clock, on_change, metrics, mode, "
+       .. "policy, seed and random only",
       function()
         assert.error_matches(function()
           breaker.recommended { failures = 3 }
@@ -147,9 +148,9 @@ describe("backoff.breaker", function()
         local w = world()
         local br = breaker.recommended { shared = w.dict, key = "r",
                                          clock = w.clock }
-        -- 30 failures in a row open it (fewer than min_calls in the
+        -- 50 failures in a row open it (fewer than min_calls in the
         -- window would not, spread over time)
-        for _ = 1, 29 do
+        for _ = 1, 49 do
           br:record(false)
           w.t = w.t + 2
         end
@@ -249,13 +250,15 @@ describe("backoff.breaker", function()
       function()
         local w = world()
         local br = make(w, { failure_ratio = 0.5, min_calls = 10 })
-        fail(br, 9)                       -- 9 calls: below min_calls
+        succeed(br, 9)
+        fail(br, 1)                       -- 10 calls, 1 failure
         assert.equal("closed", (br:state()))
         local _, info = br:state()
-        assert.same({ 9, 9, 0 }, { info.calls, info.failures, info.slow })
+        assert.same({ 10, 1, 0 }, { info.calls, info.failures, info.slow })
         w.t = w.t + 0.5
-        succeed(br, 9)                    -- 9 of 18 fail
-        fail(br)                          -- 10 of 19: > 0.5
+        fail(br, 7)                       -- 8 of 17 fail
+        assert.equal("closed", (br:state()))
+        fail(br)                          -- 9 of 18: the ratio
         assert.equal("open", (br:state()))
       end)
 
@@ -458,7 +461,8 @@ describe("backoff.breaker", function()
   describe("lost probes", function()
     it("free their slot after probe_timeout", function()
       local w = world()
-      local br = make(w, { failures = 2, probe_timeout = 5 })
+      local br = make(w, { failures = 2, probe_timeout = 5,
+                           half_open_timeout = 60 })
       fail(br, 2)
       w.t = w.t + 1
       local ok, lost = br:allow()          -- never reports
@@ -481,7 +485,8 @@ describe("backoff.breaker", function()
     it("are given back by release; a stale release frees nobody else's",
       function()
         local w = world()
-        local br = make(w, { failures = 1, probe_timeout = 5 })
+        local br = make(w, { failures = 1, probe_timeout = 5,
+                             half_open_timeout = 60 })
         fail(br)
         w.t = w.t + 1
         local _, t1 = br:allow()
@@ -631,7 +636,8 @@ describe("backoff.breaker", function()
 
     it("keeps one per process without a dict", function()
       local w = world()
-      local a = breaker.new { failures = 1, clock = w.clock }
+      local a = breaker.new { failures = 1, clock = w.clock,
+                              half_open_timeout = 60 }
       local b = breaker.new { failures = 1, clock = w.clock }
       fail(a)
       assert.equal("open", (a:state()))

@@ -179,8 +179,10 @@ describe("breaker races, every interleaving", function()
   -- counted first on c<E> (the dict holds the sum right after each
   -- incr).
   local function last_success_race(w, first)
-    local a = worker(w, "a", { failures = 1, probes = 2, probe_timeout = 5 })
-    local b = worker(w, "b", { failures = 1, probes = 2, probe_timeout = 5 })
+    local a = worker(w, "a", { failures = 1, probes = 2, probe_timeout = 5,
+      half_open_timeout = 60 })
+    local b = worker(w, "b", { failures = 1, probes = 2, probe_timeout = 5,
+      half_open_timeout = 60 })
     local tc, td
     return a, function()
       half_open(w, a)
@@ -285,8 +287,10 @@ describe("breaker races, every interleaving", function()
      .. "decision, never both", function()
     local outcomes = {}
     explore(function(w)
-      local a = worker(w, "a", { failures = 2, probe_timeout = 5 })
-      local b = worker(w, "b", { failures = 2, probe_timeout = 5 })
+      local a = worker(w, "a", { failures = 2, probe_timeout = 5,
+      half_open_timeout = 60 })
+      local b = worker(w, "b", { failures = 2, probe_timeout = 5,
+      half_open_timeout = 60 })
       local lost, next_
       return function()
         a:record(false)
@@ -334,5 +338,38 @@ describe("breaker races, every interleaving", function()
           and transitions(log, "closed", "open") == 1, dump(log))
       end
     end)
+  end)
+
+  it("two workers find half-open silent past half_open_timeout while "
+     .. "its probe reports late: one decision, never both", function()
+    local outcomes = {}
+    local n = explore(function(w)
+      local o = { failures = 1, probe_timeout = 30, half_open_timeout = 5 }
+      local a, b, c = worker(w, "a", o), worker(w, "b", o), worker(w, "c", o)
+      local probe
+      return function()
+        half_open(w, a)
+        probe = select(2, c:allow())
+        assert.is_not_nil(probe)
+        w.t = w.t + 5
+        w.log = {}
+      end, {
+        function() a:allow() end,
+        function() b:allow() end,
+        function() c:record(true, probe, 5) end,
+      }, function(log)
+        local closed = transitions(log, "half_open", "closed")
+        local reopened = transitions(log, "half_open", "open")
+        assert.equal(1, closed + reopened, dump(log))
+        outcomes[closed == 1 and "closed" or "open"] = true
+        if reopened == 1 then
+          local s, info = a:state()
+          assert.equal("open", s)
+          assert.equal(2, info.interval)        -- as after a hung probe
+        end
+      end
+    end, 3000)
+    assert.is_true(outcomes.closed and outcomes.open)
+    assert.is_true(n >= 100, n)
   end)
 end)

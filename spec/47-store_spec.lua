@@ -53,8 +53,6 @@ describe("store.dict of this Lua state", function()
   it("is the shared dict itself when one is given", function()
     local shared = {}
     assert.equal(shared, store.dict(shared))
-    assert.is_false(store.is_local(shared))
-    assert.is_true(store.is_local(store.dict()))
   end)
 end)
 
@@ -261,6 +259,67 @@ describe("one name per concept", function()
       assert.matches(d[1] .. ": argument 'policy' must be a backoff object",
                      err, 1, true)
       assert.matches("(got number)", err, 1, true)
+    end
+  end)
+
+  it("a method called on something else: one message, at the caller's "
+     .. "line", function()
+    local hedge = require "backoff.hedge"
+    local objects = {
+      { budget.token_bucket {}, "withdraw", "backoff.budget" },
+      { budget.ratio {}, "withdraw", "backoff.budget.ratio" },
+      { budget.recommended(), "tokens", "backoff.budget.earned" },
+      { budget.grpc {}, "max_tokens", "backoff.budget.grpc" },
+      { backoff.breaker {}, "allow", "backoff.breaker" },
+      { hedge.latency { shared = false }, "delay", "backoff.hedge.latency" },
+      { hedge.pace { shared = false }, "allow", "backoff.hedge.pace" },
+      { metrics.new("x", { shared = false }), "add",
+        "backoff.metrics recorder" },
+    }
+    for _, o in ipairs(objects) do
+      local obj, method, who = o[1], o[2], o[3]
+      local ok, err = pcall(function()
+        local r = obj[method]({})           -- no tail call: a line
+        return r
+      end)
+      assert.is_false(ok)
+      assert.matches("47%-store_spec%.lua:%d+: calling '" .. method
+        .. "' on bad self %(" .. who:gsub("%.", "%%.") .. " expected, got "
+        .. "table%)$", err)
+    end
+  end)
+
+  it("the operation raising: in every door nothing is counted, a probe "
+     .. "is given back, the error goes on as it came", function()
+    local http = require "backoff.http"
+    local t = { 0 }
+    local clock = function() return t[1] end
+    local doors = {
+      function(p, br, m, f)
+        return backoff.retry(p, f, { breaker = br, metrics = m })
+      end,
+      function(p, br, m, f)
+        return http.request(p, f, { method = "GET", breaker = br,
+                                    metrics = m })
+      end,
+    }
+    for i, door in ipairs(doors) do
+      local br = backoff.breaker { failures = 1, clock = clock, probes = 1,
+        policy = backoff.constant { delay = 1 } }
+      br:record(false)                        -- open
+      t[1] = t[1] + 2                         -- half-open: one probe
+      local m = metrics.new("raise" .. i, { shared = false })
+      local p = backoff.constant { delay = 0, max_attempts = 3 }
+      local ok, err = pcall(door, p, br, m, function() error({ bug = i }) end)
+      assert.is_false(ok)
+      assert.same({ bug = i }, err)           -- as it came
+      -- the probe's slot is free again: the next caller probes at once
+      local probe, ticket = br:allow()
+      assert.is_true(probe, "door " .. i)
+      assert.equal("table", type(ticket))
+      br:release(ticket)
+      assert.equal(0, m:counts().attempts + m:counts().successes)
+      assert.same({}, m:counts().giveups)
     end
   end)
 end)

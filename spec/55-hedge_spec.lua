@@ -245,6 +245,17 @@ describe("backoff.hedge", function()
         assert.equal(0, fake.running())
       end)
 
+    it("an error do_request raises counts nothing, as in every door",
+      function()
+        local m = metrics.new("raised", { shared = false })
+        local u = upstream(fake, { { 0.01, function() error("bug") end } })
+        local ok = pcall(hedge.request, p, u.fn, opts { metrics = m })
+        assert.is_false(ok)
+        local c = m:counts()
+        assert.equal(0, c.successes)
+        assert.same({}, c.giveups)
+      end)
+
     it("a result of the wrong shape raises naming do_request", function()
       local u = upstream(fake, { { 0.01, { "yes" } } })
       assert.error_matches(function() hedge.request(p, u.fn, opts()) end,

@@ -26,10 +26,10 @@ local now_of = require("backoff.store").now
 local stats = require "backoff.breaker.stats"
 local state = require "backoff.breaker.state"
 
-local error, getmetatable, ipairs, next, pcall, rawget, setmetatable,
-      tostring, type = error, getmetatable, ipairs, next, pcall, rawget,
+local error, getmetatable, ipairs, pcall, rawget, setmetatable,
+      tostring, type = error, getmetatable, ipairs, pcall, rawget,
       setmetatable, tostring, type
-local huge = math.huge
+local floor, huge = math.floor, math.huge
 local repr, raise = util.repr, check.raise
 local CLOSED, OPEN = store.CLOSED, store.OPEN
 
@@ -40,12 +40,19 @@ local WHO = "backoff.breaker"
 
 -- The recommended rules (doc/breaker.md, "The recommended setting"),
 -- which are also the rules of a breaker given none: it opens when 90%
--- of at least 20 calls in the last 10 s failed, or after 30 failures in
--- a row; the open interval is exponential from 1 s, doubling to 60 s,
+-- of at least 20 calls in the last 10 s failed, or after 50 failures in
+-- a row (30 opened it at 80% failing, 0.8^30 = 1.2e-3 per attempt,
+-- where it cost more than it saved; 0.8^50 = 1.4e-5); the open
+-- interval is the policy's first delay after a probe that failed fast,
+-- its next after a hung one: exponential from 1 s, doubling to 60 s,
 -- +-20% jitter.
-local REC = { failure_ratio = 0.9, min_calls = 20, failures = 30 }
+local REC = { failure_ratio = 0.9, min_calls = 20, failures = 50 }
 local DEFAULT_POLICY = core.exponential { initial_delay = 1,
   max_delay = 60, jitter = "proportional", jitter_factor = 0.2 }
+
+-- the longest window, probe timeout and half-open wait, in seconds: a
+-- value of hours is plainly milliseconds (window = 10000)
+local MAX_WINDOW, MAX_PROBE = 3600, 600
 
 local RULES = {
   shared = check.shared("breaker"),
@@ -57,14 +64,35 @@ local RULES = {
   failure_ratio = check.number { min = 0, max = 1, open_min = true },
   slow_call_duration = check.number { min = 0, open_min = true },
   slow_call_ratio = check.number { min = 0, max = 1, open_min = true },
-  window = check.number { min = 0, max = 86400, open_min = true,
-                          default = 10 },
+  window = check.number { min = 0, max = MAX_WINDOW, open_min = true,
+    default = 10, text = "a number of seconds > 0 and <= 3600 (an hour; "
+      .. "milliseconds are not seconds)" },
   buckets = check.count { min = 1, max = 100, default = 10 },
   min_calls = check.count { min = 1, max = 2 ^ 31, max_text = "2^31",
                             default = REC.min_calls },
   probes = check.count { min = 1, max = 100, default = 1 },
-  probe_timeout = check.number { min = 0, max = 86400, open_min = true,
-                                 default = 10 },
+  probe_timeout = check.number { min = 0, max = MAX_PROBE,
+    open_min = true, default = 10, text = "a number of seconds > 0 and "
+      .. "<= 600 (milliseconds are not seconds)" },
+  half_open_timeout = check.number { min = 0, max = MAX_PROBE,
+    open_min = true, text = "a number of seconds > 0 and <= 600 "
+      .. "(milliseconds are not seconds)" },
+  hung_after = check.number { min = 0, max = MAX_PROBE, open_min = true,
+    default = 1, text = "a number of seconds > 0 and <= 600 "
+      .. "(milliseconds are not seconds)" },
+  -- a run the breaker refuses waits its policy's delays and asks again
+  -- for up to `hold` seconds (lua/backoff/engine/hold.lua)
+  hold = check.number { min = 0, max = 60, default = 0, text = "a number "
+    .. "of seconds >= 0 and <= 60 (milliseconds are not seconds)" },
+  mode = check.one_of({ "enforce", "observe" }, { default = "enforce",
+    text = '"enforce" (refuses while open) or "observe" (records and '
+      .. 'reports, never refuses)' }),
+  seed = check.custom("an integer (within +-2^63): the open intervals' "
+    .. "jitter", function(v)
+      return type(v) == "number" and v == floor(v) and v > -2 ^ 63
+             and v < 2 ^ 63 end),
+  random = check.fn { text = "a function returning a number in [0, 1] "
+    .. "(the open intervals' jitter)" },
   clock = check.fn {},
   on_change = check.fn {},
   metrics = check.custom("a backoff.metrics recorder (metrics.new)",
@@ -104,10 +132,7 @@ local Breaker = { __name = WHO }
 Breaker.__index = Breaker
 local Ticket = { __name = "backoff.breaker ticket" }
 
-local function bad_self(method, self)
-  error(("calling '%s' on bad self (%s expected, got %s)"):format(method,
-        WHO, type(self)), 3)
-end
+local function bad_self(method, self) check.bad_self(method, WHO, self) end
 
 -- arguments are checked like a C function's (luaL_argerror's wording)
 local function bad_arg(n, method, msg)
@@ -123,6 +148,8 @@ local read, closed_epoch, epoch_after, changed, refused, trip,
       probe_outcome, slot_taken = state.read, state.closed_epoch,
       state.epoch_after, state.changed, state.refused, state.trip,
       state.probe_outcome, state.slot_taken
+local stalled, end_stalled, FORCED = state.stalled, state.end_stalled,
+      state.FORCED
 
 ------------------------------------------------------------------------
 -- the four methods the retry engine calls
@@ -131,9 +158,12 @@ local read, closed_epoch, epoch_after, changed, refused, trip,
 -- nothing.  Closed: one dict get.
 function Breaker:allows()
   if getmetatable(self) ~= Breaker then bad_self("allows", self) end
+  if self.observe then return true end
   local kind, rec = read(self)
   if kind == CLOSED then return true end
-  if self:_now() < rec.until_ then return false end
+  if kind == FORCED then return rec == CLOSED end
+  local now = self:_now()
+  if now < rec.until_ or stalled(self, rec, now) then return false end
   local base = self.pre .. "p" .. rec.etext .. "."
   for i = 1, self.probes do
     if not slot_taken(self, base .. i) then return true end
@@ -164,7 +194,7 @@ local function take_probe(self, rec, now)
           and dict:add(slot, tok, self.probe_timeout) then
       local ticket = setmetatable({ epoch = rec.epoch, slot = slot,
                                     token = tok }, Ticket)
-      if dict:add(self.pre .. "h" .. rec.etext, 1, stats.KEEP) then
+      if dict:add(self.pre .. "h" .. rec.etext, now, stats.KEEP) then
         local ok, err = pcall(changed, self, OPEN, "half_open",
           { opening = rec.k, interval = rec.d, at = now })
         if not ok then            -- the hook raised: no probe was made
@@ -188,8 +218,16 @@ function Breaker:allow()
   -- ticket, so that record() counts there without reading the state
   -- again (one dict get less on the happy path)
   if kind == CLOSED then return true, rec end
+  if kind == FORCED then
+    if rec == CLOSED then return true end
+    return refused(self)
+  end
   local now = self:_now()
   if now < rec.until_ then return refused(self) end
+  if stalled(self, rec, now) then      -- no word from its probes
+    end_stalled(self, rec)
+    return refused(self)
+  end
   return take_probe(self, rec, now)
 end
 
@@ -225,6 +263,19 @@ local function record_args(ok, ticket, seconds)
   end
 end
 
+-- an outcome while open or half-open: a probe of this epoch decides;
+-- any other is an attempt allowed before (no ticket, or a stale one):
+-- ignored.  A failed probe is hung when it took hung_after seconds or
+-- more, or did not say (seconds nil)
+local function open_outcome(self, rec, ok, ticket, seconds, slow)
+  if ticket ~= nil and ticket.epoch == rec.epoch
+     and not probe_outcome(self, rec, ok and not slow,
+                           seconds == nil or seconds >= self.hung_after)
+  then
+    return closed_outcome(self, ok, slow)     -- lost the decision
+  end
+end
+
 function Breaker:record(ok, ticket, seconds)
   if getmetatable(self) ~= Breaker then bad_self("record", self) end
   record_args(ok, ticket, seconds)
@@ -244,12 +295,8 @@ function Breaker:record(ok, ticket, seconds)
     end
     return closed_outcome(self, ok, slow)
   end
-  -- open: a probe of this epoch decides; any other outcome is an
-  -- attempt allowed before (no ticket, or a stale one): ignored
-  if ticket ~= nil and ticket.epoch == rec.epoch
-     and not probe_outcome(self, rec, ok and not slow) then
-    return closed_outcome(self, ok, slow)     -- lost the decision
-  end
+  if kind == FORCED then return end           -- forced: nothing counted
+  return open_outcome(self, rec, ok, ticket, seconds, slow)
 end
 
 --- br:release(ticket): an allowed attempt that was not made (or was
@@ -274,14 +321,18 @@ function Breaker:state()
   if getmetatable(self) ~= Breaker then bad_self("state", self) end
   local kind, rec = read(self)
   local now = self:_now()
+  if kind == FORCED then
+    return rec, { opening = 0, forced = rec, mode = self.mode }
+  end
   if kind == CLOSED then
-    local info = { opening = 0 }
-    if rec ~= nil and self.len then
+    local info = { opening = 0, mode = self.mode }
+    if self.len then
       info.calls, info.failures, info.slow = stats.window(self, rec, now)
     end
     return CLOSED, info
   end
-  local info = { opening = rec.k, interval = rec.d, since = rec.t }
+  local info = { opening = rec.k, interval = rec.d, since = rec.t,
+                 mode = self.mode }
   if now < rec.until_ then
     info.left = rec.until_ - now
     return OPEN, info
@@ -297,8 +348,33 @@ function Breaker:reset()
   local from = kind == CLOSED and CLOSED or self:state()
   local now = self:_now()
   self.dict:set(self.sk, epoch_after(self, kind == OPEN and rec.epoch
-                                         or rec, now))
+                                     or kind == CLOSED and rec or nil, now))
   if from ~= CLOSED then changed(self, from, CLOSED, { at = now }) end
+end
+
+--- br:force(to): "open" (every attempt refused), "closed" (every
+-- attempt allowed, nothing counted) or nil (automatic again: closed,
+-- the counts afresh); in the dict, so every worker of the host sees it
+local FORCE_TO = { open = OPEN, closed = CLOSED }
+function Breaker:force(to)
+  if getmetatable(self) ~= Breaker then bad_self("force", self) end
+  if to ~= nil and FORCE_TO[to] == nil then
+    bad_arg(1, "force", '"open", "closed" or nil expected, got '
+            .. repr(to))
+  end
+  local kind = read(self)
+  if to == nil and kind ~= FORCED then return end  -- automatic already
+  local ok, err = state.force(self, to, (self:state()), self:_now())
+  if not ok then
+    raise(WHO .. ": force: cannot write the state: " .. tostring(err))
+  end
+end
+
+--- br:hold() -> the seconds a run it refuses is held (the engine waits
+-- the policy's delays and asks again; 0: the run ends at once)
+function Breaker:hold()
+  if getmetatable(self) ~= Breaker then bad_self("hold", self) end
+  return self.hold_
 end
 
 --- br:key() -> the breaker's name
@@ -317,6 +393,18 @@ end
 
 local M = {}
 
+-- the open intervals' policy: o.policy or the default, reseeded (or
+-- given a `random`) when o says so; cloned, never changed
+local function draws_of(o)
+  local p = o.policy or DEFAULT_POLICY
+  if o.seed ~= nil or o.random ~= nil then
+    local cfg = p:config()
+    cfg.seed, cfg.random = o.seed, o.random
+    p = core.new(cfg.strategy, cfg)
+  end
+  return p:clone(0)
+end
+
 -- opts checked, rules between them, defaults: the object
 local function new(opts)
   local o = options(opts)
@@ -333,14 +421,17 @@ local function new(opts)
     slow_ratio = o.slow_call_duration and (o.slow_call_ratio or 1),
     window = o.window, buckets = o.buckets, min_calls = o.min_calls,
     probes = o.probes, probe_timeout = o.probe_timeout,
-    draws = (o.policy or DEFAULT_POLICY):clone(0),
+    half_open_timeout = o.half_open_timeout or o.probe_timeout,
+    hung_after = o.hung_after, mode = o.mode, hold_ = o.hold,
+    observe = o.mode == "observe",
+    draws = draws_of(o),
     clock = clock_of(o), on_change = o.on_change, metrics = o.metrics,
   }, Breaker)
   if self.ratio or self.slow_ratio then
     self.len = self.window / self.buckets
   end
   -- a half-open epoch's outcomes matter while its probes can report
-  self.c_ttl = 2 * self.probe_timeout
+  self.c_ttl = 2 * math.max(self.probe_timeout, self.half_open_timeout)
   self.dict = o.shared or store.mini(function() return self:_now() end)
   if self.metrics then bmetrics.watch(self.metrics, self) end
   return self
@@ -350,22 +441,20 @@ end
 function M.new(opts) return new(opts) end
 
 --- breaker.recommended(opts) -> the recommended breaker: opts takes
--- shared, key, clock, on_change and metrics (tune breaker.new instead)
-local REC_OPTS = { shared = true, key = true, clock = true,
-                   on_change = true, metrics = true }
+-- shared, key, clock, on_change, metrics, mode, hold (default 4 s), and
+-- the open intervals' policy, seed and random (tune breaker.new instead)
+local REC_OPTS = { "shared", "key", "clock", "on_change", "metrics",
+                   "mode", "hold", "policy", "seed", "random" }
+local REC_HOLD = 4
 function M.recommended(opts)
   if opts ~= nil and type(opts) ~= "table" then
     raise(WHO .. ".recommended: options must be a table (got "
           .. type(opts) .. ")")
   end
-  for k in next, opts or {} do
-    if not REC_OPTS[k] then
-      raise(WHO .. ".recommended: unknown option " .. repr(k) .. " (it "
-            .. "takes shared, key, clock, on_change and metrics; tune "
-            .. "backoff.breaker.new instead)")
-    end
-  end
-  return new(opts)
+  check.only(WHO .. ".recommended", opts, REC_OPTS, "backoff.breaker.new")
+  local o = { hold = REC_HOLD }
+  for k, v in pairs(opts or {}) do o[k] = v end
+  return new(o)
 end
 
 --- breaker.default_policy() -> a copy of the default open-interval policy

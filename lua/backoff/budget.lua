@@ -23,8 +23,7 @@ local earned = require "backoff.budget.earned"
 local ratio = require "backoff.budget.ratio"
 local adaptive = require "backoff.budget.adaptive"
 
-local getmetatable, next, setmetatable, type =
-      getmetatable, next, setmetatable, type
+local getmetatable, setmetatable = getmetatable, setmetatable
 
 local M = {}
 
@@ -38,16 +37,9 @@ function M.adaptive(opts) return (adaptive.new(opts)) end
 -- The recommended setting (doc/budget.md, "The recommended setting"):
 -- earned{} with its defaults; opts: shared, key and clock only.
 local REC = "backoff.budget.recommended"
+local REC_KEYS = { "shared", "key", "clock" }
 function M.recommended(opts)
-  if type(opts) == "table" then
-    for k in next, opts do              -- raw: no metamethod of opts runs
-      if k ~= "shared" and k ~= "key" and k ~= "clock" then
-        check.raise(REC .. ": unknown option " .. util.repr(k) .. " (it "
-          .. "takes shared, key and clock; tune backoff.budget.earned "
-          .. "instead)")
-      end
-    end
-  end
+  check.only(REC, opts, REC_KEYS, "backoff.budget.earned")
   return (earned.new(opts, REC))
 end
 

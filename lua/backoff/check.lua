@@ -22,9 +22,9 @@
 
 local util = require "backoff.util"
 
-local error, floor, getinfo, getmetatable, next, pairs, rawget, tostring,
-      type = error, math.floor, debug.getinfo, getmetatable, next, pairs,
-      rawget, tostring, type
+local error, floor, getinfo, getmetatable, ipairs, next, pairs, rawget,
+      tostring, type = error, math.floor, debug.getinfo, getmetatable,
+      ipairs, next, pairs, rawget, tostring, type
 local huge = math.huge
 local repr = util.repr
 
@@ -70,6 +70,15 @@ function M.raise(msg)
   error(msg, caller_level())
 end
 local raise = M.raise
+
+--- check.bad_self(method, expected, v): the one message for a method
+-- called on something that is not its object, raised at the caller's
+-- line: "calling 'withdraw' on bad self (backoff.budget.grpc expected,
+-- got table)" (lauxlib's words)
+function M.bad_self(method, expected, v)
+  raise(("calling '%s' on bad self (%s expected, got %s)"):format(method,
+        expected, type(v)))
+end
 
 ------------------------------------------------------------------------
 -- a function where an object was wanted: a constructor not called?
@@ -128,10 +137,7 @@ local function finite(v)
 end
 M.finite = finite
 
-local function num(v)          -- a bound as text: 2^53, 1000, 0.5
-  if v == floor(v) and v < 2 ^ 53 then return ("%d"):format(v) end
-  return tostring(v)
-end
+local num = util.num            -- a bound as text: 1000, 0.5
 
 --- an integer from min (0) to max (2^53)
 function M.count(o)
@@ -279,6 +285,28 @@ function M.validator(ctor, rules)
     local copy = {}
     for k, v in next, opts do copy[k] = v end
     return copy
+  end
+end
+
+--- check.only(ctor, opts, keys, instead): a `recommended` constructor
+-- takes a few of its kind's options: anything else is refused, naming
+-- what it takes and what to tune instead ("backoff.budget.recommended:
+-- unknown option 'capacity' (it takes shared, key and clock; tune
+-- backoff.budget.earned instead)").  opts nil or not a table is left
+-- to the kind's own checker.  Raw reads: no metamethod of opts runs.
+function M.only(ctor, opts, keys, instead)
+  if type(opts) ~= "table" then return end
+  for k in next, opts do
+    local known = false
+    for _, name in ipairs(keys) do
+      if k == name then known = true break end
+    end
+    if not known then
+      local list = table.concat(keys, ", ", 1, #keys - 1) .. " and "
+        .. keys[#keys]
+      raise(("%s: unknown option %s (it takes %s; tune %s instead)")
+        :format(ctor, repr(k), list, instead))
+    end
   end
 end
 

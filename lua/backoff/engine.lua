@@ -26,6 +26,7 @@
 
 local util = require "backoff.util"
 local phase = require "backoff.phase"
+local hold = require "backoff.engine.hold"
 
 local error, type = error, type
 local huge = math.huge
@@ -157,8 +158,11 @@ function E.begin(door, policy, f, b, ropts)
   if br then
     local ok, ticket = br:allow()
     if not ok then
-      E.no_attempt(ropts, "circuit_open")
-      return nil, "circuit_open"
+      ok, ticket, st.b = E.held(door, ropts, br, policy, b)
+      if not ok then
+        E.no_attempt(ropts, "circuit_open")
+        return nil, "circuit_open"
+      end
     end
     st.ticket = ticket
   end
@@ -168,6 +172,16 @@ function E.begin(door, policy, f, b, ropts)
     return nil, "max_actual_duration"
   end
   return st
+end
+
+--- E.held(door, ropts, br, policy, b) -> true, ticket, b | false: the
+-- first attempt was refused: held while the breaker holds (the run's
+-- object cloned now for its delays; lua/backoff/engine/hold.lua)
+function E.held(door, ropts, br, policy, b)
+  if not (door.waits and hold.limit(br)) then return false end
+  if not b then b = policy:clone(core_now(policy)) end
+  local ok, ticket = hold.wait(door, ropts, br, b, core_now(b) - b:elapsed())
+  return ok, ticket, b
 end
 
 --- E.no_attempt(ropts, reason): a run that ends before its first attempt
@@ -419,8 +433,10 @@ function E.decide(st, err, res, hint, now, delay, t)
   if E.too_late(st, E.left(st, now + delay)) then
     return nil, "max_actual_duration"
   end
-  local br = st.br
-  if br and not br:allows() then return nil, "circuit_open" end
+  local br = st.br                      -- (one that holds is asked after)
+  if br and not br:allows() and not (st.door.waits and hold.limit(br)) then
+    return nil, "circuit_open"
+  end
   if not E.pay(st, cost_of(st, err, res, hint)) then return nil, "budget" end
   local on_retry = st.ropts and st.ropts.on_retry
   if on_retry then on_retry(err, delay, st.attempt, res) end
@@ -441,9 +457,14 @@ function E.next(st, t)
   local br = st.br
   if br then
     local ok, ticket = br:allow()
-    if not ok then
-      E.refund(st)
-      return nil, "circuit_open"
+    if not ok then                      -- held, paid, while it holds
+      ok, ticket = hold.wait(st.door, st.ropts, br, st.b, st.t0)
+      if not ok then
+        E.refund(st)
+        return nil, "circuit_open"
+      end
+      now = core_now(st.b)
+      left = E.left(st, now)
     end
     st.ticket = ticket
   end

@@ -190,13 +190,15 @@ local function remove(live, c)
 end
 
 -- the request ends with an error: do_request raised (err, passed on as
--- it came) or returned something of the wrong shape (a message)
-local function failed_hard(st, c, took, err, message)
+-- it came) or returned something of the wrong shape (a message).  As
+-- in every door (lua/backoff/setup.lua, E.call): nothing is counted,
+-- the copy's breaker ticket is given back, the others are cancelled
+local function failed_hard(st, c, _took, err, message)
   local g = st.gate
   outcome(st, false)
-  g:failed(c.attempt, took)
+  g:forget(c.attempt)
   cancel_all(st)
-  g:finish(false, "error", st.hints)
+  g.finished = true
   if message then error(WHO .. ": " .. message, 0) end
   error(err, 0)
 end

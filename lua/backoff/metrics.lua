@@ -147,8 +147,7 @@ Recorder.__index = Recorder
 
 local function self_of(self, method)
   if getmetatable(self) ~= Recorder then
-    error(("calling '%s' on bad self (backoff.metrics recorder expected, "
-      .. "got %s)"):format(method, type(self)), 3)
+    check.bad_self(method, "backoff.metrics recorder", self)
   end
   return self
 end
@@ -408,6 +407,7 @@ end
 -- kept in dict (nil: this Lua state's own counters)
 function M.prometheus(dict)
   check_dict(dict, "prometheus")
+  for _, f in ipairs(M._before) do f(dict) end    -- counts held back
   local rows = {}                   -- counter -> { label text -> value }
   for k, v in pairs(snapshot(dict)) do
     local counter, labels = labels_of(k)
@@ -464,9 +464,28 @@ end
 
 -- other modules' families (backoff.breaker's), written after these
 M._writers = {}             -- w(out, dict) appends its lines to out
+M._before = {}              -- f(dict) writes the counts it holds back
+-- one family's lines (other modules' families: the breaker's, the
+-- upstreams'), samples sorted; none without a sample
+local function family(out, name, kind, help, samples)
+  local labels = {}
+  for l in pairs(samples) do labels[#labels + 1] = l end
+  if #labels == 0 then return end
+  sort(labels)
+  out[#out + 1] = "# HELP " .. name .. " " .. help
+  out[#out + 1] = "# TYPE " .. name .. " " .. kind
+  for _, l in ipairs(labels) do
+    out[#out + 1] = name .. "{" .. l .. "} " .. number(samples[l])
+  end
+end
+
 M._ext = { PREFIX = PREFIX, escape = escape, number = number,
+  family = family,
   snapshot = snapshot, recorder_mt = Recorder, add = function(m, key)
     m.keys[key] = key      -- a key of its own under PREFIX, added 1
-    add(m, key, 1) end }
+    add(m, key, 1) end,
+  add_n = function(m, key, n)
+    m.keys[key] = key      -- the same, added n
+    add(m, key, n) end }
 
 return M

@@ -155,8 +155,11 @@ local function lean(policy, f, b, ropts, fn)
     local ok
     ok, ticket = br:allow()
     if not ok then
-      engine.no_attempt(ropts, "circuit_open")
-      return nil, nil, "circuit_open"
+      ok, ticket, b = engine.held(DOOR, ropts, br, policy, b)
+      if not ok then
+        engine.no_attempt(ropts, "circuit_open")
+        return nil, nil, "circuit_open"
+      end
     end
   end
   local t0, timeout, obj, now = engine.start(f, policy, b)
@@ -166,7 +169,7 @@ local function lean(policy, f, b, ropts, fn)
     return nil, nil, "max_actual_duration"
   end
   return after_lean(policy, f, obj, ropts, t0, timeout, now, ticket, fn,
-                    fn(1, timeout))
+                    setup.guarded(br, ticket, fn, 1, timeout))
 end
 
 local function first(method, policy, fn, ropts)

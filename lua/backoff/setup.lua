@@ -236,10 +236,36 @@ function E.protect(fn, ...)
   return results(E.tpcall(fn, ...))
 end
 
---- E.call(st, fn, ...): the attempt, protected with retry_raised
+-- What every door does when the operation raises (and retry_raised
+-- is not set): the run ends there, nothing is counted (it is no answer
+-- of the upstream's: no failure for the breaker or the budget, no
+-- give-up in the metrics), a half-open breaker's probe ticket is given
+-- back (or its slot would stay taken until probe_timeout), and the
+-- error goes on to the caller as it came.  Only a probe is protected:
+-- the common attempt runs as a plain call.
+local function given_back(br, ticket, ok, ...)
+  if ok then return ... end
+  br:release(ticket)
+  error((...), 0)
+end
+
+--- E.guarded(br, ticket, fn, ...): fn's results; if fn raises while
+-- ticket is a half-open probe's (a table), the ticket is given back
+-- first
+function E.guarded(br, ticket, fn, ...)
+  if type(ticket) ~= "table" then return fn(...) end
+  return given_back(br, ticket, E.ypcall(fn, ...))
+end
+
+--- E.call(st, fn, ...): the attempt, protected with retry_raised, or
+-- guarded while it holds a probe
 function E.call(st, fn, ...)
   local ropts = st.ropts
   if ropts ~= nil and ropts.retry_raised then return E.protect(fn, ...) end
+  local ticket = st.ticket
+  if type(ticket) == "table" then
+    return given_back(ropts.breaker, ticket, E.ypcall(fn, ...))
+  end
   return fn(...)
 end
 

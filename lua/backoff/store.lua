@@ -19,8 +19,8 @@
 local util = require "backoff.util"
 local check = require "backoff.check"
 
-local getmetatable, next, pairs, pcall, rawget, setmetatable, type =
-      getmetatable, next, pairs, pcall, rawget, setmetatable, type
+local next, pairs, pcall, rawget, setmetatable, type =
+      next, pairs, pcall, rawget, setmetatable, type
 local huge = math.huge
 local repr, printable = util.repr, util.printable
 
@@ -206,12 +206,6 @@ function S.dict(shared, clock)
   if shared then return shared end
   return setmetatable({ data = {}, exp = {}, writes = 0,
                         clock = clock or zero }, Plain)
-end
-
---- store.is_local(dict) -> dict is one of this Lua state
-function S.is_local(dict)
-  local mt = type(dict) == "table" and getmetatable(dict)
-  return mt == Plain or mt == Timed
 end
 
 ------------------------------------------------------------------------

@@ -5,6 +5,7 @@
 
 local core = require "backoff.core"
 
+local floor = math.floor
 local getmetatable, ipairs, next, pcall, rawget, setmetatable,
       tostring, type =
       getmetatable, ipairs, next, pcall, rawget, setmetatable,
@@ -189,6 +190,20 @@ function M.budget_cost(bud)
   if type(c) == "function" then return c(bud) end
   if type(c) == "number" then return c end
   return nil
+end
+
+------------------------------------------------------------------------
+-- text
+
+--- util.num(v) -> a number as the same text on every Lua: a whole
+-- number within +-2^63 as an integer ("5", not "5.0"; the epochs of the
+-- breaker's keys, counts, bounds), anything else as tostring gives it
+function M.num(v)
+  if type(v) == "number" and v == floor(v) and v > -2 ^ 63 and v < 2 ^ 63
+  then
+    return ("%d"):format(v)
+  end
+  return tostring(v)
 end
 
 ------------------------------------------------------------------------

@@ -8,9 +8,10 @@
 --     across the 4 workers, and no probe is sent outside one;
 --   * once open, no other request reaches the upstream;
 --   * the open intervals follow the policy (0.5 s doubling to 4 s,
---     +-20%): the k-th opening in a row waits the k-th band, half-open
---     never before its interval has passed, the escalation resets on
---     closing;
+--     +-20%): an opening after j - 1 hung probes in a row (each took
+--     the 200 ms timeout) waits the j-th band, one after a probe that
+--     failed fast (503) the first; half-open never before its interval
+--     has passed, the escalation resets on closing;
 --   * after recovery it closes within one open interval plus a probe;
 --   * a reload while open keeps it open (same opening, same interval)
 --     and the escalation goes on after it;
@@ -116,18 +117,26 @@ end
 local function transitions()
   local t, ms = {}, {}
   for line in (get("/log") or ""):gmatch("[^\n]+") do
-    local from, to, at, interval, opening, pid =
-      line:match("^(%S+) (%S+) (%S+) (%S+) (%d+) (%d+)$")
+    local from, to, at, interval, opening, pid, hung =
+      line:match("^(%S+) (%S+) (%S+) (%S+) (%d+) (%d+) (%d+)$")
     if from then
       t[#t + 1] = { from = from, to = to, at = tonumber(at),
         interval = tonumber(interval), opening = tonumber(opening),
-        pid = pid }
+        pid = pid, hung = tonumber(hung), seq = #t + 1 }
     else
       local v = line:match("^ms (%S+)$")
       if v then ms[#ms + 1] = tonumber(v) end
     end
   end
-  table.sort(t, function(a, b) return a.at < b.at end)
+  -- by time, then in the order the hooks logged them: ngx.now() is
+  -- the millisecond of the event loop's turn, and a probe that fails
+  -- fast (503 from 127.0.0.1) can reopen it in the millisecond its
+  -- half-open period was announced (an unstable sort on time alone put
+  -- the reopening first)
+  table.sort(t, function(a, b)
+    if a.at ~= b.at then return a.at < b.at end
+    return a.seq < b.seq
+  end)
   return t, ms
 end
 
@@ -148,8 +157,8 @@ local function upstream_log()
   return out
 end
 
--- the band of the k-th open interval: [(1-f)c, min((1+f)d, max)],
--- d = initial x 2^(k-1), c = min(d, max)
+-- the band of the j-th open interval (j: 1 + the hung probes in a
+-- row): [(1-f)c, min((1+f)d, max)], d = initial x 2^(j-1), c = min(d, max)
 local function band(k)
   local d = INTERVAL.initial * 2 ^ (k - 1)
   local c = math.min(d, INTERVAL.max)
@@ -236,6 +245,30 @@ local function checks()
     return s.state == "closed" and s.opening == 0
   end, 12, 8)
   for _ = 1, 4 do batch(10) end
+
+  -- forced open by hand in one worker: every worker refuses, whatever
+  -- the upstream; then automatic again
+  get("/force?to=open")
+  local before_reasons = answers.reasons.circuit_open or 0
+  local all = answers.workers
+  answers.workers = {}
+  for _ = 1, 4 do batch(10) end
+  local refused = (answers.reasons.circuit_open or 0) - before_reasons
+  local nw = 0
+  for pid in pairs(answers.workers) do nw, all[pid] = nw + 1, true end
+  answers.workers = all
+  local s = state()
+  check(refused == 40 and nw >= 2 and s.state == "open"
+    and s.forced == "open", "forced open in one worker: every worker "
+    .. "refuses (state() says forced)", ("refused %d of 40 in %d "
+    .. "workers; state %s forced %s"):format(refused, nw, s.state,
+    tostring(s.forced)))
+  get("/force?to=none")
+  local none = answers.reasons.none or 0
+  for _ = 1, 4 do batch(10) end
+  check((answers.reasons.none or 0) - none == 40
+    and state().state == "closed", "force(nil): automatic again, closed",
+    ("answered %d of 40"):format((answers.reasons.none or 0) - none))
   return t_ok, closed
 end
 
@@ -245,14 +278,21 @@ local function analyse(t_ok, closed, trans, ms)
   -- open periods: each open transition, its interval and the end of the
   -- half-open period after it (the next transition out of half-open)
   local periods, bad_band, bad_k, early = {}, {}, {}, {}
-  local k_prev = 0
+  local k_prev, hung_most = 0, 0
   for i, e in ipairs(trans) do
-    if e.to == "open" then
-      local lo, hi = band(e.opening)
+    if e.to == "open" and e.opening == 0 then     -- forced by hand
+      k_prev = 0
+    elseif e.to == "open" then
+      local lo, hi = band(e.hung + 1)
       if e.interval < lo - 1e-3 or e.interval > hi + 1e-3 then
-        bad_band[#bad_band + 1] = ("k %d: %.3f not in [%.3f, %.3f]")
-          :format(e.opening, e.interval, lo, hi)
+        bad_band[#bad_band + 1] = ("k %d, hung %d: %.3f not in [%.3f, "
+          .. "%.3f]"):format(e.opening, e.hung, e.interval, lo, hi)
       end
+      if e.from == "closed" and e.hung ~= 0 then
+        bad_band[#bad_band + 1] = ("opened from closed after %d hung "
+          .. "probes"):format(e.hung)
+      end
+      if e.hung > hung_most then hung_most = e.hung end
       local want = e.from == "closed" and 1 or k_prev + 1
       if e.opening ~= want then
         bad_k[#bad_k + 1] = ("%s->open: opening %d, expected %d"):format(
@@ -281,6 +321,8 @@ local function analyse(t_ok, closed, trans, ms)
   check(#periods >= 4 and #bad_band == 0, ("every open interval is in "
     .. "its policy band (%d openings)"):format(#periods),
     table.concat(bad_band, "\n"))
+  check(hung_most >= 2, "hung probes lengthen the interval (two or more "
+    .. "hung in a row seen)", "most hung in a row: " .. hung_most)
   check(#bad_k == 0, "each reopening is the next in a row; closing resets"
     .. " the escalation", table.concat(bad_k, "\n"))
   check(#early == 0, "half-open never before the open interval has passed",

@@ -38,14 +38,18 @@ function app.init(up)
     shared = ngx.shared.breakers, key = "up", probes = 2,
     probe_timeout = 1, failures = 5, failure_ratio = 0.8, min_calls = 20,
     window = 2, buckets = 4,
+    -- a probe that took the 200 ms timeout is hung: it lengthens the
+    -- next interval; one that failed fast (503) does not
+    hung_after = 0.15,
     policy = backoff.exponential { initial_delay = app.INTERVAL.initial,
       max_delay = app.INTERVAL.max, jitter = "proportional",
       jitter_factor = app.INTERVAL.jitter },
     metrics = metrics.new("up", { shared = ngx.shared.metrics }),
     on_change = function(from, to, info)
       local n = stats:incr("tn", 1, 0)
-      stats:set("t" .. n, ("%s %s %.6f %.6f %d %d"):format(from, to,
-        info.at, info.interval or 0, info.opening or 0, ngx.worker.pid()))
+      stats:set("t" .. n, ("%s %s %.6f %.6f %d %d %d"):format(from, to,
+        info.at, info.interval or 0, info.opening or 0, ngx.worker.pid(),
+        info.hung or 0))
     end,
   }
   -- the breaker as the engine sees it, noting in ngx.ctx whether this
@@ -113,9 +117,17 @@ end
 
 function app.state()
   local name, info = br:state()
-  ngx.say(("state=%s opening=%d since=%.6f interval=%.6f pid=%d")
+  ngx.say(("state=%s opening=%d since=%.6f interval=%.6f pid=%d forced=%s")
     :format(name, info.opening, info.since or 0, info.interval or 0,
-            ngx.worker.pid()))
+            ngx.worker.pid(), tostring(info.forced)))
+end
+
+-- br:force(to) by hand, in whichever worker answers (to: open, closed,
+-- or none: automatic)
+function app.force()
+  local to = ngx.var.arg_to
+  br:force(to ~= "none" and to or nil)
+  ngx.say("forced=", tostring(to), " worker=", ngx.worker.pid())
 end
 
 -- the transitions, one a line; then the times of calls refused while

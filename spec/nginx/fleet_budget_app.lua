@@ -20,7 +20,7 @@ function app.init(up)
   budgets.grpc = budget.grpc { shared = d, key = "grpc", max_tokens = 10,
                                token_ratio = 1 }
   budgets.rec = budget.recommended { shared = d, key = "rec" }
-  budgets.ratio = budget.ratio { shared = d, key = "ratio", ttl = 60,
+  budgets.ratio = budget.ratio { shared = d, key = "ratio", window = 60,
                                  percent = 10, min_per_second = 0.1 }
   budgets.sre = budget.adaptive { shared = d, key = "sre", window = 60 }
 end

@@ -253,7 +253,7 @@ end
 -- first copy only
 cases.budget = function(key)
   return { budget = budget.ratio { percent = 0, min_per_second = 0.1,
-    ttl = 10, shared = ngx.shared.budget, key = "b:" .. key },
+    window = 10, shared = ngx.shared.budget, key = "b:" .. key },
     repeat_n = 5 }, function(a, t, cancel)
       return cosocket("GET", path_of(key, a, "ms=300,20"), nil, t, cancel,
                       a)

@@ -14,11 +14,11 @@
 
 local metrics = require "backoff.metrics"
 
-local getmetatable, ipairs, pairs, pcall, setmetatable, sort =
-      getmetatable, ipairs, pairs, pcall, setmetatable, table.sort
+local getmetatable, ipairs, pairs, pcall, setmetatable =
+      getmetatable, ipairs, pairs, pcall, setmetatable
 
 local X = metrics._ext
-local PREFIX, escape, number = X.PREFIX, X.escape, X.number
+local PREFIX, escape = X.PREFIX, X.escape
 
 local B = {}
 
@@ -47,18 +47,7 @@ end
 function B.transition(m, to) X.add(m, key_of(m, "transitions", to)) end
 function B.refusal(m) X.add(m, key_of(m, "refusals")) end
 
--- one family's lines, samples sorted; none without a sample
-local function family(out, name, kind, help, samples)
-  local labels = {}
-  for l in pairs(samples) do labels[#labels + 1] = l end
-  if #labels == 0 then return end
-  sort(labels)
-  out[#out + 1] = "# HELP " .. name .. " " .. help
-  out[#out + 1] = "# TYPE " .. name .. " " .. kind
-  for _, l in ipairs(labels) do
-    out[#out + 1] = name .. "{" .. l .. "} " .. number(samples[l])
-  end
-end
+local family = X.family
 
 local KEY = "^" .. PREFIX .. "breaker_(%l+)\t([^\t]+)\t?(.*)$"
 local STATES = { closed = true, open = true, half_open = true }

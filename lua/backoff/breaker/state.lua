@@ -8,10 +8,19 @@ local util = require "backoff.util"
 local bmetrics = require "backoff.breaker.metrics"
 local store = require "backoff.breaker.store"
 
-local min = math.min
+local floor, min, type = math.floor, math.min, type
 local repr = util.repr
 local CLOSED, OPEN = store.CLOSED, store.OPEN
 local WHO = "backoff.breaker"
+
+-- forced by hand (br:force): the state key holds one of these texts
+-- until force(nil) or reset() writes a closed epoch again
+local FORCED = "forced"
+local FORCED_TEXT = { open = "F:open", closed = "F:closed" }
+local FORCED_OF = { ["F:open"] = OPEN, ["F:closed"] = CLOSED }
+-- an escalation (the hung probes in a row) is kept this long with the
+-- open record it belongs to
+local J_TTL = 3600
 
 -- a half-open epoch's outcome counter: a failure adds BIG, a success 1,
 -- so one incr both counts and tells what came before it
@@ -75,13 +84,16 @@ local function plausible(self, rec)
   return rec.t <= self:_now() + 1 and rec.d <= longest
 end
 
--- The state now: CLOSED, epoch (nil when missing) | OPEN, rec.  A
--- value this module cannot have written is logged and deleted: closed.
+-- The state now: CLOSED, epoch (nil when missing) | OPEN, rec |
+-- FORCED, "open" or "closed".  A value this module cannot have written
+-- is logged and deleted: closed.
 local function read(self)
   local v = self.dict:get(self.sk)
   if v == nil then return CLOSED, nil end
   if store.is_epoch(v) then return CLOSED, v end
   if v == self.raw then return OPEN, self.rec end
+  local forced = FORCED_OF[v]
+  if forced then return FORCED, forced end
   local rec = store.decode(v)
   if rec ~= nil and not plausible(self, rec) then rec = nil end
   if rec == nil then
@@ -119,23 +131,42 @@ local function changed(self, from, to, info)
   if f then f(from, to, info) end
 end
 
+-- a refusal, counted; in mode "observe" the attempt goes ahead all
+-- the same (true, no ticket: its outcome is not counted while open)
 local function refused(self)
   local m = self.metrics
   if m then bmetrics.refusal(m) end
-  return false
+  return self.observe
 end
 
--- write an open record after epoch e: the k-th opening in a row, now
-local function open(self, e, k, now, from, reason)
-  local d = interval(self, k)
-  local ok, err = self.dict:set(self.sk,
-    store.open_text(epoch_after(self, e, now), k, now, d))
+-- write an open record after epoch e: the k-th opening in a row, now;
+-- its interval is the policy's j-th delay (j: 1 + the hung probes in a
+-- row, doc/breaker.md "Recovery"), j kept under K|j<E> when above 1
+local function open(self, e, k, now, from, reason, j)
+  j = j or 1
+  local d = interval(self, j)
+  local ne = epoch_after(self, e, now)
+  local dict = self.dict
+  if j > 1 then dict:set(self.pre .. "j" .. store.etext(ne), j, J_TTL) end
+  local ok, err = dict:set(self.sk, store.open_text(ne, k, now, d))
   if not ok then
     store.log("ERR", WHO, " ", repr(self.name), ": cannot open: ", err)
     return
   end
   changed(self, from, OPEN, { opening = k, interval = d, at = now,
-                              reason = reason })
+                              reason = reason, hung = j - 1 })
+end
+
+-- the escalation of open record rec: 1 + the hung probes in a row
+local function escalation(self, rec)
+  local key = self.pre .. "j" .. rec.etext
+  local j = self.dict:get(key)
+  if j == nil then return 1 end
+  if type(j) == "number" and j >= 1 and j == floor(j) and j < 2 ^ 31 then
+    return j
+  end
+  store.corrupt(self.dict, key, j, self.name)
+  return 1
 end
 
 ------------------------------------------------------------------------
@@ -174,9 +205,14 @@ local function close(self, rec)
   changed(self, "half_open", CLOSED, { opening = rec.k, at = now })
 end
 
-local function reopen(self, rec)
+-- a probe's failure reopens: a hung one (it took hung_after seconds or
+-- more, or none reported within half_open_timeout) with the policy's
+-- next delay, a fast one with its first (doc/breaker.md, "Recovery")
+local function reopen(self, rec, hung, reason)
   if self.dict:get(self.sk) ~= rec.raw then return end
-  open(self, rec.epoch, rec.k + 1, self:_now(), "half_open", "probe")
+  local j = hung and escalation(self, rec) + 1 or 1
+  open(self, rec.epoch, rec.k + 1, self:_now(), "half_open",
+       reason or "probe", j)
 end
 
 -- A probe of half-open epoch rec reports.  One counter decides, c<E>:
@@ -195,7 +231,7 @@ end
 -- failures reopen once (the second sees 2 BIG).  The loser's outcome
 -- is then recorded as an attempt without a ticket (it counts if the
 -- breaker is closed by now, and is ignored while it is open).
-local function probe_outcome(self, rec, good)
+local function probe_outcome(self, rec, good, hung, reason)
   local key = self.pre .. "c" .. rec.etext
   local r = store.incr(self.dict, key, good and 1 or BIG, self.c_ttl,
                        self.name)
@@ -211,7 +247,7 @@ local function probe_outcome(self, rec, good)
     return r < self.probes
   end
   if r < 2 * BIG and r - BIG < self.probes then
-    reopen(self, rec)
+    reopen(self, rec, hung, reason)
     return true
   end
   return false
@@ -235,8 +271,46 @@ local function slot_taken(self, slot)
   return false
 end
 
+-- half-open epoch rec, undecided half_open_timeout after its first
+-- probe was admitted (K|h<E> holds that time): true when it is over.
+-- The first caller to see it reopens it, through the probes' counter
+-- (a hung failure: one reopening however many see it)
+-- (a time before the period could start is not one it wrote: ignored)
+local function stalled(self, rec, now)
+  local key = self.pre .. "h" .. rec.etext
+  local t0 = self.dict:get(key)
+  if t0 == nil then return false end
+  if type(t0) ~= "number" or t0 ~= t0 or t0 > now + 1 then
+    store.corrupt(self.dict, key, t0, self.name)  -- not a time it wrote
+    return false
+  end
+  return t0 >= rec.until_ - 1 and now - t0 >= self.half_open_timeout
+end
+
+local function end_stalled(self, rec)
+  probe_outcome(self, rec, false, true, "half_open_timeout")
+end
+
+-- br:force(to): the state written by hand ("open", "closed", nil: a
+-- closed epoch again, automatic); from: the state's name before
+local function force(self, to, from, now)
+  local v = to and FORCED_TEXT[to] or epoch_after(self, nil, now)
+  local ok, err = self.dict:set(self.sk, v)
+  if not ok then
+    return nil, err
+  end
+  local name = to or CLOSED
+  if from ~= name then
+    changed(self, from, name, { at = now,
+      reason = to and "forced" or "automatic" })
+  end
+  return true
+end
+
 S.read, S.closed_epoch, S.epoch_after = read, closed_epoch, epoch_after
 S.changed, S.refused, S.trip, S.probe_outcome, S.slot_taken =
   changed, refused, trip, probe_outcome, slot_taken
+S.stalled, S.end_stalled, S.force, S.FORCED =
+  stalled, end_stalled, force, FORCED
 
 return S

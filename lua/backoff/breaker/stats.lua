@@ -85,15 +85,75 @@ local function sums(br, et, b)
   return calls, fails, slows
 end
 
--- the ratio rules over the window ending in bucket b
-local function ratios(br, et, b, ok, slow)
+-- n of calls reach ratio r: n / calls >= r, the quotient correctly
+-- rounded (IEEE division), never r * calls, whose rounding moves the
+-- threshold (0.55 * 100 is 55.000000000000007).  The double nearest
+-- p/q and the quotient nearest n/calls are equal when n/calls = p/q,
+-- and apart when they differ (by >= 1/(q calls), far above an ulp):
+-- a ratio written as a decimal or a small fraction is met exactly at
+-- the count its rational value says.
+local function reached(n, calls, r)
+  return n / calls >= r
+end
+T.reached = reached
+
+-- the ratio rules over the window ending in bucket b, after any
+-- outcome (a success too: it can bring the window to min_calls)
+--
+-- A success cannot raise a ratio: after a check that found the ratios
+-- below their thresholds, or met with fewer than min_calls calls
+-- (br.armed), only a success while armed, or the first outcome in a
+-- new bucket (the window slid), can find them met.  So an object
+-- checks on each failure and slow call, and on a success only then:
+-- exact for one process; on a host, an outcome of the worker that saw
+-- the ratio met decides (doc/breaker.md, "A success and the ratios").
+local function ratios(br, et, b)
   local calls, fails, slows = sums(br, et, b)
-  if calls < br.min_calls then return nil end
-  if not ok and br.ratio and fails >= br.ratio * calls then
-    return "failure_ratio"
+  local r, sr = br.ratio, br.slow_ratio
+  local why = r and fails > 0 and reached(fails, calls, r)
+              and "failure_ratio"
+    or sr and slows > 0 and reached(slows, calls, sr) and "slow_call_ratio"
+    or nil
+  br.checked = b
+  if calls < br.min_calls then
+    br.armed = why ~= nil
+    return nil
   end
-  if slow and slows >= br.slow_ratio * calls then
-    return "slow_call_ratio"
+  br.armed = false
+  return why
+end
+
+-- the keys of closed epoch `epoch` and of bucket b, built once (the
+-- happy path then makes no string)
+local function epoch_keys(br, epoch)
+  if br.et_of ~= epoch then
+    local et = store.etext(epoch)
+    br.et_of, br.et, br.fkey, br.wb = epoch, et, br.pre .. "f" .. et, nil
+    br.seen, br.armed, br.checked = nil, false, nil
+  end
+end
+
+local function bucket_keys(br, b)
+  if br.wb ~= b then
+    local bt = store.etext(b)
+    br.wb, br.wkey = b, br.pre .. "w" .. br.et .. "." .. bt
+    br.lkey = br.pre .. "l" .. br.et .. "." .. bt
+  end
+end
+
+-- the outcome counted in bucket b of the window; the ratio rule it
+-- meets, if any.  A success is judged too, where the window can hold a
+-- failure or a slow call: its bucket holds a failure, or this object
+-- counted one within the window (see ratios)
+local function windowed(br, b, ok, slow)
+  bucket_keys(br, b)
+  local dict, ttl = br.dict, br.window + br.len
+  local v = store.incr(dict, br.wkey, ok and 1 or 1 + FAIL, ttl, br.name)
+  if slow then store.incr(dict, br.lkey, 1, ttl, br.name) end
+  if not ok or slow or v ~= nil and v >= FAIL then br.seen = b end
+  if br.seen and b - br.seen < br.buckets
+     and (not ok or slow or br.armed or br.checked ~= b) then
+    return ratios(br, br.et, b)
   end
   return nil
 end
@@ -102,36 +162,24 @@ end
 -- breaker, or nil: one outcome counted in closed epoch `epoch`.  now:
 -- the time (nil: read from br when the window needs it).
 function T.outcome(br, epoch, ok, slow, now)
-  -- the keys of this epoch and bucket, built once (the happy path then
-  -- makes no string)
-  if br.et_of ~= epoch then
-    local et = store.etext(epoch)
-    br.et_of, br.et, br.fkey, br.wb = epoch, et, br.pre .. "f" .. et, nil
-  end
+  epoch_keys(br, epoch)
   local why
   if br.failures then why = consecutive(br, ok) end
   if br.len then
-    local b = floor((now or br:_now()) / br.len)
-    if br.wb ~= b then
-      local bt = store.etext(b)
-      br.wb, br.wkey = b, br.pre .. "w" .. br.et .. "." .. bt
-      br.lkey = br.pre .. "l" .. br.et .. "." .. bt
-    end
-    local dict, ttl = br.dict, br.window + br.len
-    store.incr(dict, br.wkey, ok and 1 or 1 + FAIL, ttl, br.name)
-    if slow then store.incr(dict, br.lkey, 1, ttl, br.name) end
-    if why == nil and (not ok and br.ratio or slow) then
-      why = ratios(br, br.et, b, ok, slow)
-    end
+    local w = windowed(br, floor((now or br:_now()) / br.len), ok, slow)
+    why = why or w
   end
   return why
 end
 
 --- stats.window(br, epoch, now) -> calls, failures, slow calls in the
 -- window now (for br:state's info)
+-- (integers on every Lua: 5.3+ floor gives an integer)
 function T.window(br, epoch, now)
   if not br.len then return nil end
-  return sums(br, store.etext(epoch), floor(now / br.len))
+  if epoch == nil then return 0, 0, 0 end
+  local c, f, s = sums(br, store.etext(epoch), floor(now / br.len))
+  return floor(c), floor(f), floor(s)
 end
 
 return T

@@ -49,7 +49,7 @@ function S.mini(clock) return base.dict(nil, clock) end
 -- the state record
 
 -- an epoch as key text: an integer, the same on every Lua
-local function etext(e) return format("%.0f", e) end
+local etext = util.num
 S.etext = etext
 
 -- a number that can be an epoch: an integer within +-2^53

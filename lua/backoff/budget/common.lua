@@ -6,8 +6,8 @@
 -- * method arguments checked in lauxlib's style:
 --     bad argument #1 to 'withdraw' (cost must be an integer >= 0 and
 --     <= 2^53 (got -1))
--- * self checks: calling 'withdraw' on bad self (backoff.budget.grpc
---   expected, got table)
+-- * self checks (check.bad_self): calling 'withdraw' on bad self
+--   (backoff.budget.grpc expected, got table)
 -- * the shared counter: an integer in an ngx.shared dict changed by
 --   dict:incr only, through store.incr, which warns when a full dict
 --   evicted other keys (see the interleaving notes in doc/budget.md),
@@ -23,8 +23,8 @@ local check = require "backoff.check"
 local store = require "backoff.store"
 local window = require "backoff.store.window"
 
-local error, floor, getmetatable, ipairs, tostring, type =
-      error, math.floor, getmetatable, ipairs, tostring, type
+local error, floor, getmetatable, ipairs, type =
+      error, math.floor, getmetatable, ipairs, type
 local repr = util.repr
 local incr = store.incr
 
@@ -52,12 +52,7 @@ end
 C.is_count = is_count
 
 -- a whole number as the same text on every Lua ("5", not "5.0")
-local function num(v)
-  if type(v) == "number" and v == floor(v) and v > -2^63 and v < 2^63 then
-    return ("%d"):format(v)
-  end
-  return tostring(v)
-end
+local num = util.num
 C.num = num
 
 -- thousandths as text: 3200 -> "3.2", 4000 -> "4"
@@ -109,13 +104,10 @@ function C.record_args(ok, attempt, cost)
   return attempt, cost
 end
 
--- self must have metatable mt, else raise for method at `level`
--- (default 4: the caller of the method that called a local check)
-function C.self_check(self, mt, method, level)
-  if getmetatable(self) ~= mt then
-    error(("calling '%s' on bad self (%s expected, got %s)")
-          :format(method, mt.__name, type(self)), level or 4)
-  end
+-- self must have metatable mt, else raise for method (check.bad_self:
+-- at the caller's line)
+function C.self_check(self, mt, method)
+  if getmetatable(self) ~= mt then check.bad_self(method, mt.__name, self) end
 end
 
 -- thousandths -> the number (an integer when whole, on every Lua)
@@ -128,10 +120,7 @@ end
 -- methods that only return fields, checked: getter(mt, "capacity", f)
 function C.getter(mt, name, field)
   mt[name] = function(self)
-    if getmetatable(self) ~= mt then
-      error(("calling '%s' on bad self (%s expected, got %s)")
-            :format(name, mt.__name, type(self)), 2)
-    end
+    if getmetatable(self) ~= mt then check.bad_self(name, mt.__name, self) end
     return self[field]
   end
 end

@@ -61,7 +61,7 @@ end
 -- err when the dict fails or holds a corrupt value
 function Bucket:withdraw(cost)
   if getmetatable(self) ~= Bucket then
-    C.self_check(self, Bucket, "withdraw", 3)
+    C.self_check(self, Bucket, "withdraw")
   end
   if cost == nil then
     cost = self.cost_
@@ -86,7 +86,7 @@ end
 -- bud:deposit([n]) -> the tokens after (0 to capacity), or nil, err
 function Bucket:deposit(n)
   if getmetatable(self) ~= Bucket then
-    C.self_check(self, Bucket, "deposit", 3)
+    C.self_check(self, Bucket, "deposit")
   end
   if n == nil then
     n = self.refund_
@@ -106,7 +106,7 @@ end
 -- a first attempt, or the cost its retry paid (nil: the budget's cost)
 function Bucket:record(ok, attempt, cost)
   if getmetatable(self) ~= Bucket then
-    C.self_check(self, Bucket, "record", 3)
+    C.self_check(self, Bucket, "record")
   end
   if (attempt == nil or attempt == 1) and cost == nil
      and (ok == true or ok == false) then

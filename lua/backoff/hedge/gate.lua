@@ -103,6 +103,11 @@ function Gate:cancelled(attempt)
   count(self, "hedges_cancelled")
 end
 
+-- a copy whose do_request raised: its ticket back, nothing counted
+function Gate:forget(attempt)
+  nowait.forget(self.st, self.recs[attempt])
+end
+
 function Gate:hint_stop(hint)
   if hint == nil then return nil end
   return engine.hint_stop(self.st, hint, self:now())

@@ -38,10 +38,7 @@ local huge = math.huge
 local repr, raise = util.repr, check_mod.raise
 
 -- a number as the same text on every Lua ("90", not "90.0")
-local function num(v)
-  if v == floor(v) and v < 2 ^ 53 then return ("%d"):format(v) end
-  return tostring(v)
-end
+local num = util.num
 
 local CTOR = "backoff.hedge.latency"
 local SLICES = 5                 -- a span is 5 slices
@@ -68,8 +65,7 @@ Latency.__index = Latency
 
 local function check(self, method)
   if getmetatable(self) ~= Latency then
-    error(("calling '%s' on bad self (%s expected, got %s)"):format(method,
-          CTOR, type(self)), 3)
+    check_mod.bad_self(method, CTOR, self)
   end
 end
 

@@ -52,8 +52,7 @@ Pace.__index = Pace
 
 local function check(self, method)
   if getmetatable(self) ~= Pace then
-    error(("calling '%s' on bad self (%s expected, got %s)"):format(method,
-          CTOR, type(self)), 3)
+    check_mod.bad_self(method, CTOR, self)
   end
 end
 

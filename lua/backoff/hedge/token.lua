@@ -5,6 +5,7 @@
 -- (x closed, or called, when the copy is cancelled).
 
 local util = require "backoff.util"
+local check = require "backoff.check"
 
 local error, getmetatable, pcall, setmetatable, type =
       error, getmetatable, pcall, setmetatable, type
@@ -26,8 +27,7 @@ end
 -- the copy is cancelled; at once when it already is
 function Token:on_cancel(x)
   if getmetatable(self) ~= Token then
-    error("calling 'on_cancel' on bad self (a hedge's cancel token "
-          .. "expected, got " .. type(self) .. ")", 2)
+    check.bad_self("on_cancel", "backoff.hedge cancel token", self)
   end
   if type(x) ~= "function" and not has_method(x, "close") then
     error("bad argument #1 to 'on_cancel' (a socket, a client with a "
