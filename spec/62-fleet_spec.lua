@@ -235,6 +235,14 @@ describe("backoff.fleet", function()
     assert.is_true((quiet[1].g:allow()))
   end)
 
+  it("the guard holds what its breaker holds", function()
+    local fl = fleet.new { shared = false, host = "a" }
+    local rec = fl:breaker(backoff.breaker.recommended { clock = clock })
+    assert.equal(rec:breaker():hold(), rec:hold())
+    assert.equal(0, fl:breaker({ state = function() return "closed", {} end,
+      key = function() return "duck" end }):hold())
+  end)
+
   it("a quorum given in hosts", function()
     local list = hosts(4, { quorum = 3 })
     sync_all(list)

@@ -239,6 +239,21 @@ local function tick(premature, self)
   end
 end
 
+--- fl:soon(): a sync now, in a timer of its own (never in the request
+-- that asks): what a prober's guard does after its probe, so that the
+-- fleet learns of it at once, not at the next interval.  Outside nginx,
+-- nothing.
+function Fleet:soon()
+  local ngx = ngx_of()
+  if not (ngx and ngx.timer and ngx.timer.at) then return end
+  ngx.timer.at(0, function(premature)
+    if premature then return end
+    local ok, err = pcall(self.sync, self)
+    if not ok then warn(self, ngx.now(), WHO, ": sync failed: ",
+                        tostring(err)) end
+  end)
+end
+
 --- fl:start(): the timer, in init_worker_by_lua (every worker calls
 -- it; one per host syncs)
 function Fleet:start()

@@ -1,6 +1,6 @@
 -- backoff.fleet.guard: a host's breaker under the fleet's word
 -- (internal; made by fleet:breaker(br)).  The same methods as a
--- breaker (allow, allows, record, release, state, key), so it goes
+-- breaker (allow, allows, record, release, state, key, hold), so it goes
 -- wherever one goes (ropts.breaker): while the fleet is open and this
 -- host is not its prober, allow() and allows() say false without
 -- asking the breaker; otherwise the host's own breaker decides, as it
@@ -75,6 +75,7 @@ function Guard:record(ok, ticket, seconds)
   streak(self, ok)
   if self.probing and word(self) == "probe" then
     self.fleet.dict:set(self.rk, ok and 1 or 2, self.fleet.hold)
+    if ok then self.fleet:soon() end     -- the fleet closes at once
   end
   return r
 end
@@ -89,6 +90,14 @@ function Guard:state()
 end
 
 function Guard:key() return self.br:key() end
+
+--- g:hold() -> br:hold(), 0 when br has none: the engine holds a run
+-- the guard refuses as it would one the breaker refuses
+function Guard:hold()
+  local f = self.br.hold
+  if type(f) ~= "function" then return 0 end
+  return f(self.br)
+end
 
 --- g:breaker() -> the host's own breaker
 function Guard:breaker() return self.br end
