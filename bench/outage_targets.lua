@@ -26,9 +26,28 @@ T.TARGETS = {
   { id = "brown", text = "brownout: amplification (not a target: the "
     .. "retries made)", worst = "max", fmt = "%.3f" },
   { id = "tovl", text = "timeouts: overload after, minus AWS standard "
-    .. "mode's (s)", limit = "<= 0", worst = "max", fmt = "%.1f" },
+    .. "mode's (80, 100% hung) or no budget's (50%) (s)", limit = "<= 0",
+    worst = "max", fmt = "%.1f" },
+  { id = "t50", text = "timeouts 50%, 60 s, hosts of 4: success (%)",
+    limit = ">= 95", worst = "min", fmt = "%.1f" },
+  { id = "t50p", text = "timeouts 50%, 60 s, per process: success (not "
+    .. "a target, %)", worst = "min", fmt = "%.1f" },
   { id = "flap", text = "flapping 5 s / 5 s: success (%)", limit = ">= 65",
     worst = "min", fmt = "%.1f" },
+  { id = "flapload", text = "flapping: amplification (not a target: 65% "
+    .. "success takes >= 1.62 even spent on the cheapest requests)",
+    worst = "max", fmt = "%.3f" },
+  { id = "rep", text = "a second outage 3 s after a 10 s one: its "
+    .. "amplification", limit = "<= 1.10", worst = "max", fmt = "%.3f" },
+  { id = "back", text = "seconds until every second's requests succeed "
+    .. "again (99%) after any event", limit = "<= no retries' (or 1)",
+    worst = "max",
+    fmt = "%.1f" },
+  { id = "after", text = "success of the requests of the minute after an "
+    .. "event (not a target, %)", worst = "min", fmt = "%.1f" },
+  { id = "wasted", text = "capacity below the load: server work wasted on "
+    .. "requests the client gave up (not a target, %)", worst = "max",
+    fmt = "%.1f" },
   { id = "flapovl", text = "flapping: requests refused + seconds of "
     .. "overload after", limit = "0", worst = "max", fmt = "%.1f" },
   { id = "meta", text = "metastable storm: overload after (s)",
@@ -107,12 +126,21 @@ end
 local function bad_day(add, r, kind, ev, row, rid)
   local per_host = rid == "rec4"
   if kind.timeouts then
-    local aws = row[per_host and "aws4" or "aws"]
-    if aws then
-      add("tovl", r.overload - aws.overload, r.overload <= aws.overload)
+    -- a half-hung upstream's retries are its successes' (95% kept):
+    -- those of its last second's hung attempts come back with the new
+    -- requests, as without a budget
+    local ref = row[ev.share >= 0.8 and (per_host and "aws4" or "aws")
+                    or "retries"]
+    if ref then
+      add("tovl", r.overload - ref.overload, r.overload <= ref.overload)
+    end
+    if ev.share == 0.5 and ev.len == 60 then
+      if per_host then add("t50", 100 * r.success_in, r.success_in >= 0.95)
+      else add("t50p", 100 * r.success_in, nil) end
     end
   elseif kind.flap then
     add("flap", 100 * r.success_in, r.success_in >= 0.65)
+    add("flapload", r.amplification, nil)
     add("flapovl", r.shed + r.overload, r.shed == 0 and r.overload == 0)
   elseif kind.metastable then
     add("meta", r.overload, r.overload == 0)
@@ -122,7 +150,26 @@ local function bad_day(add, r, kind, ev, row, rid)
   elseif kind.mixed then
     add("mixed", 100 * r.group_success[1], nil)
     add("ovl", r.overload, r.overload == 0)
+  elseif kind.repeated then
+    local a2 = T.second_amp(r, ev)
+    add("rep", a2, a2 <= 1.10)
+  elseif kind.slowcap then
+    add("wasted", 100 * r.wasted, nil)
   end
+  if kind.ramp or kind.step or kind.herd or kind.repeated or kind.slowcap
+  then
+    add("ovl", r.overload, r.overload <= row.retries.overload)
+  end
+end
+
+-- the amplification of a repeated outage's second one: attempts
+-- received / requests issued in its seconds
+function T.second_amp(r, ev)
+  local a, q = 0, 0
+  for b = r.start + ev.second + 1, r.start + ev.len do
+    a, q = a + (r.received[b] or 0), q + (r.issued[b] or 0)
+  end
+  return q > 0 and a / q or 1
 end
 
 -- the recommended breaker in partial outages of 10-50%: it never opens,
@@ -167,6 +214,10 @@ function T.measure(results, kinds, by_id)
             else
               bad_day(add, r, kind, ev, row, rid)
             end
+            -- no later than without retries (or within a second)
+            local none = row.none and row.none.back or 0
+            add("back", r.back, r.back <= math.max(1, none))
+            add("after", 100 * r.after, nil)
           end
         end
       end
@@ -190,13 +241,26 @@ local function cell(kind, r)
   elseif kind.wide then
     c = c .. (" %6d %4.1f"):format(r.shed, r.overloaded)
   end
+  if kind.more then
+    c = c .. (" %4d %5.1f"):format(r.back, 100 * r.after)
+    if kind.repeated then c = c .. (" %5.2f"):format(r.amp2) end
+    if kind.slowcap then c = c .. (" %5.1f"):format(100 * r.wasted) end
+  end
   return c
 end
 
 function T.print_tables(kinds, results, settings)
   for k, kind in ipairs(kinds) do
-    kind.wide = kind.timeouts or kind.flap or kind.metastable
+    kind.more = kind.repeated or kind.ramp or kind.step or kind.herd
+      or kind.slowcap
+    kind.wide = kind.timeouts or kind.flap or kind.metastable or kind.more
     local w = (kind.wide or kind.mixed) and 30 or 18
+    if kind.more then w = 41 end
+    if kind.repeated then
+      for _, r in pairs(results[k][1]) do
+        r.amp2 = T.second_amp(r, kind.events[1])
+      end
+    end
     local head, sub = ("\n%-26s"):format(kind.title), ("%-26s"):format(
       "setting")
     if #kind.title > 26 then head, sub = "\n" .. kind.title .. "\n"
@@ -211,6 +275,11 @@ function T.print_tables(kinds, results, settings)
         sub = sub .. (" %5s %5s"):format("1/s", "20/s")
       elseif kind.wide then
         sub = sub .. (" %6s %4s"):format("shed", "busy")
+      end
+      if kind.more then
+        sub = sub .. (" %4s %5s"):format("back", "after")
+        if kind.repeated then sub = sub .. (" %5s"):format("amp2") end
+        if kind.slowcap then sub = sub .. (" %5s"):format("waste") end
       end
     end
     print(head)
