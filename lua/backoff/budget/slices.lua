@@ -28,10 +28,11 @@ function S.put(self, i, u, credit)
   return true
 end
 
--- give the pending attempts and timeouts to their slice (errors drop
--- them: fewer counts).  The attempts of a slice without a failure are
--- not written (the good day's one incr per second stays one): a share
--- of timeouts is then computed over fewer attempts, so errs high.
+-- give the pending attempts and timeouts to their slice, when the clock
+-- leaves it (errors drop them: fewer counts).  The attempts of a slice
+-- without a failure are not written (the good day's one incr per
+-- second stays one): a share of timeouts is then computed over fewer
+-- attempts, so errs high.
 local function flush_share(self)
   local t = self.pt
   if t > 0 then
@@ -48,7 +49,6 @@ end
 -- give the pending counts to their slice: true, or nil, err (the units
 -- are dropped: fewer counts, a smaller reserve)
 function S.flush(self)
-  if self.pa ~= 0 or self.pt ~= 0 then flush_share(self) end
   local u = self.pu
   if u == 0 then return true end
   self.pu = 0
@@ -60,7 +60,10 @@ end
 function S.advance(self, i)
   local last = self.pi
   if i ~= last then
-    if last and i - last < S.SLICES then S.flush(self) end
+    if last and i - last < S.SLICES then
+      S.flush(self)
+      if self.pa ~= 0 or self.pt ~= 0 then flush_share(self) end
+    end
     self.pi, self.pu, self.pa, self.pt, self.pbad = i, 0, 0, 0, false
   end
 end
