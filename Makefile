@@ -561,7 +561,7 @@ $(BUILD)/%/bench_empty.so: bench/empty.c | deps-lua-%
 	@mkdir -p $(@D)
 	$(CC) -O2 -std=c99 -fPIC -I$(call lua_inc,$*) -o $@ bench/empty.c $(LIBFLAG)
 
-# the outage matrix and the bad days in virtual time (about a minute of
+# the outage matrix and the bad days in virtual time (about 2.5 minutes of
 # CPU), its targets checked: build/outage.csv, build/outage-<event>.svg
 OUTAGE = $(call LUA_ENV,luajit) luajit bench/outage.lua \
 	  --csv $(BUILD)/outage.csv --svg $(BUILD)/outage.svg --markdown --check

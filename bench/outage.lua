@@ -256,6 +256,35 @@ local RECOVERY_ROWS = { none = true, retries = true, rec4 = true }
 local QUIET_ROWS = { retries = true, token = true, token4 = true,
                      rec = true, rec4 = true, rec0 = true, rec04 = true }
 
+-- The days of issue 31: a repeated outage, a ramp, a step of traffic, a
+-- herd released at recovery, capacity below the load (the settings of
+-- MORE_ROWS, and the breaker's rows)
+local MORE_ROWS = { none = true, retries = true, token4 = true,
+  aws4 = true, rec = true, rec4 = true, rec0 = true, rec04 = true }
+local function more_days()
+  return {
+    { id = "repeat", repeated = true, only = MORE_ROWS,
+      title = "a second outage 3 s after a 10 s one",
+      events = { { share = 1, len = 23, flap = { 10, 3 }, second = 13 } } },
+    { id = "ramp", ramp = true, only = MORE_ROWS,
+      title = "failing share ramping 0 -> 100% over 60 s, 30 s at 100%, "
+        .. "back over 60 s",
+      events = { { share = 1, len = 150, ramp = { 60, 30, 60 } } } },
+    { id = "step", step = true, only = MORE_ROWS,
+      title = "10x the traffic for 10 s, 50% failing",
+      events = { { share = 0.5, len = 10, step = 10 } } },
+    { id = "herd", herd = true, only = MORE_ROWS,
+      title = "a herd: the requests of a 10 s outage held, all sent at "
+        .. "its end",
+      events = { { share = 1, len = 10, hold = true } } },
+    { id = "slowcap", slowcap = true, only = MORE_ROWS,
+      title = "capacity down to 900/s for 60 s; clients give up after "
+        .. "1 s, the server works on",
+      params = { queue_max = 2 },
+      events = { { slow = 0.6, len = 60 } } },
+  }
+end
+
 -- The bad days, for a fleet of `load` requests/s
 local function bad_days(load)
   local kinds = {}
@@ -275,9 +304,7 @@ local function bad_days(load)
     title = "full outages, then a minute: recovery",
     events = { { share = 1, len = 10 }, { share = 1, len = 60 },
                { share = 1, len = 300 } } }
-  kinds[#kinds + 1] = { id = "ramp", ramp = true, only = RECOVERY_ROWS,
-    title = "ramp: failing 0 -> 100% over 60 s, 30 s at 100%, back over 60 s",
-    events = { { share = 1, len = 150, ramp = { 60, 30, 60 } } } }
+  -- (the ramp is one of more_days': it has the breaker's rows too)
   kinds[#kinds + 1] = { id = "metastable", metastable = true,
     title = "metastable storm: capacity 1,050/s, a refusal costs half "
       .. "a request",
@@ -294,6 +321,7 @@ local function bad_days(load)
                    { share = pct / 100, len = 60 } } }
     end
   end
+  for _, k in ipairs(more_days()) do kinds[#kinds + 1] = k end
   local half = math.floor(load / 21 + 0.5)
   kinds[#kinds + 1] = { id = "mixed", mixed = true, only = QUIET_ROWS,
     title = ("a mixed fleet: %d processes at 1/s, %d at 20/s")

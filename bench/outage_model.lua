@@ -19,6 +19,7 @@
 --   reject_cost        the server work of one such refusal, in services
 --                      of a request (0: free; a metastable server pays)
 --   slow               a wait above this is overload
+--   client_timeout     with a `slow` event: the clients' timeout (1 s)
 --   pre, post          seconds of arrivals before and after the event
 --   seed               arrivals, failures and jitter all derive from it
 --   policy             { strategy, options }: one object per request
@@ -30,12 +31,22 @@
 --                            (the upstream hangs: no server work)
 --   ... flap = { D, U }      ... only in the down phases: D seconds
 --                            down, U up, D down, ... from pre
---   ... ramp = { U, H, D }   ... with probability p x (t / U) over the
---                            first U seconds, p for H, then down to 0
---                            over D (len = U + H + D)
+--   ... ramp = { U, H, D }   ... with probability p x a ramp: rising
+--                            from 0 over U seconds, H at the top, back
+--                            to 0 over D (len = U + H + D)
+--   ... step = k             ... and the clients send k times their
+--                            rate during the event
+--   ... hold = true          ... and the requests issued during the
+--                            event are held, all sent at its end (a
+--                            herd released at recovery)
 --   { brownout = f, len = L }  capacity x f during [pre, pre + L); an
 --                            attempt the server cannot take at once is
 --                            refused with 503 and Retry-After
+--   { slow = f, len = L }    capacity x f during [pre, pre + L), and
+--                            the clients give up on an attempt after
+--                            client_timeout (error "timeout") while the
+--                            server still does its work (wasted); pass
+--                            a queue_max above client_timeout
 -- setting:
 --   { retries = false }      no retries
 --   { retries = true [, budget = make] [, share = n] [, cost = fn]
@@ -81,7 +92,8 @@ local new_heap = dofile(here .. "heap.lua")
 
 local DEFAULTS = {
   clients = 100, rate = 10, capacity = 1500, queue_max = 1.0, slow = 0.1,
-  pre = 20, post = 45, seed = 1, retry_after = 1, reject_cost = 0,
+  pre = 20, post = 60, seed = 1, retry_after = 1, reject_cost = 0,
+  client_timeout = 1,
   policy = { "exponential", { initial_delay = 0.1, max_delay = 20,
     jitter = "full", max_attempts = 10 } },
 }
@@ -140,13 +152,15 @@ local function simulate(params, event, setting)
   local share_fail = event.share or 0
   local brown = event.brownout
   local hang = event.timeout
-  local ramp = event.ramp
   local flap_down, flap_cycle
   if event.flap then
     flap_down = event.flap[1]
     flap_cycle = event.flap[1] + event.flap[2]
   end
   local HINT = P.retry_after
+  local ramp, step, hold = event.ramp, event.step, event.hold
+  local slowcap = event.slow
+  local CT = slowcap and P.client_timeout
   local REJECT = (P.reject_cost or 0) / CAP
 
   local push, pop, empty, peek = new_heap()
@@ -184,7 +198,8 @@ local function simulate(params, event, setting)
 
   -- per second (bin b covers [b - 1, b)): requests issued, attempts the
   -- server receives
-  local issued, received, ok_by = {}, {}, {}
+  local issued, received, succeeded = {}, {}, {}
+  local served, wasted = 0, 0           -- from the event's start on
   -- per request: client, issue time, attempt number, backoff object,
   -- what the last withdrawal paid, the breaker's ticket and the
   -- attempt's start
@@ -281,12 +296,14 @@ local function simulate(params, event, setting)
   -- (time, id) instead of the heap
   local done_t, done_id, dhead, dtail = {}, {}, 1, 0
 
-  -- the ramp's failing share at x seconds into the event
-  local function ramp_share(x)
-    local up, hold, down = ramp[1], ramp[2], ramp[3]
-    if x < up then return share_fail * x / up end
-    if x < up + hold then return share_fail end
-    return share_fail * math.max(0, 1 - (x - up - hold) / down)
+  -- the failing share at t (in the event), on the ramp if any
+  local function share_at(t)
+    if not ramp then return share_fail end
+    local x = t - ev_start
+    if x < ramp[1] then return share_fail * x / ramp[1] end
+    x = x - ramp[1] - ramp[2]
+    if x < 0 then return share_fail end
+    return share_fail * (1 - x / ramp[3])
   end
 
   local function failing(t)
@@ -294,8 +311,7 @@ local function simulate(params, event, setting)
     if flap_cycle and (t - ev_start) % flap_cycle >= flap_down then
       return false
     end
-    if ramp then return fail_draw() < ramp_share(t - ev_start) end
-    return fail_draw() < share_fail
+    return fail_draw() < share_at(t)
   end
 
   -- A run the breaker refuses is held as the engine holds it
@@ -303,8 +319,8 @@ local function simulate(params, event, setting)
   -- asks again while that ask comes within hold() seconds of its start
   -- (a retry keeps its payment; a first attempt pays nothing).
   local function held(id, t, brk)
-    local hold = retries and holds(brk)
-    if not hold then return false end
+    local hold_s = retries and holds(brk)
+    if not hold_s then return false end
     local b = robj[id]
     if not b then
       opts.seed = P.seed * 1000003 + id
@@ -313,7 +329,7 @@ local function simulate(params, event, setting)
       robj[id] = b
     end
     local delay = b:failure(t)
-    if not delay or delay <= 0 or t + delay - rstart[id] > hold then
+    if not delay or delay <= 0 or t + delay - rstart[id] > hold_s then
       return false
     end
     push(t + delay, RETRY, id)
@@ -356,8 +372,14 @@ local function simulate(params, event, setting)
       return fail(id, t, "shed")
     end
     if wait > P.slow then overloaded(t) end
-    local rate = (during and brown) and CAP * brown or CAP
+    local rate = (during and brown) and CAP * brown
+      or (during and slowcap) and CAP * slowcap or CAP
     free_at = (wait > 0 and free_at or t) + 1 / rate
+    if t >= ev_start then served = served + 1 end
+    if CT and free_at - t > CT then    -- the client gives up first: the
+      if t >= ev_start then wasted = wasted + 1 end  -- work is wasted
+      return push(t + CT, TIMEOUT, id)
+    end
     dtail = dtail + 1
     done_t[dtail], done_id[dtail] = free_at, id
   end
@@ -383,17 +405,23 @@ local function simulate(params, event, setting)
         local g = client_group[c]
         g_n[g] = g_n[g] + 1
       end
-      next_arrival = ta - log(random()) / total_rate
+      local during = ta >= ev_start and ta < ev_end
+      next_arrival = ta - log(random()) / (step and during and
+        total_rate * step or total_rate)
       if next_arrival >= arrivals_end then next_arrival = huge end
-      attempt(n, ta)
+      if hold and during then           -- held: sent at the event's end
+        push(ev_end, RETRY, n)
+      else
+        attempt(n, ta)
+      end
     elseif td <= tr then               -- a success leaves the queue
       now = td
       local id = done_id[dhead]
       done_t[dhead], done_id[dhead] = nil, nil
       dhead = dhead + 1
       ok_all = ok_all + 1
-      local ib = floor(rstart[id]) + 1
-      ok_by[ib] = (ok_by[ib] or 0) + 1
+      local sb = floor(rstart[id]) + 1
+      succeeded[sb] = (succeeded[sb] or 0) + 1
       if rstart[id] >= ev_start and rstart[id] < ev_end then
         ok_in = ok_in + 1
         local g = client_group[rclient[id]]
@@ -423,15 +451,18 @@ local function simulate(params, event, setting)
   for i in pairs(ovl_bins) do
     if i >= floor(ev_start * 10) then ovl_total = ovl_total + 0.1 end
   end
-  -- recovery: the seconds from the event's end to the end of the last
-  -- 1-second bin (by issue time) after it whose requests did not all
-  -- succeed; after: the success of the requests issued in the minute
-  -- after the event (or up to the end of the arrivals)
-  local recover, n_after, ok_after = 0, 0, 0
-  for b = floor(ev_end) + 1, floor(arrivals_end) do
-    local i, o = issued[b] or 0, ok_by[b] or 0
-    if o < i then recover = b - ev_end end
-    if b <= ev_end + 60 then n_after, ok_after = n_after + i, ok_after + o end
+  -- back: from the event's end to the end of the last second whose
+  -- requests did not all succeed (99%; recover: 100%); after: the
+  -- success of the requests of the minute after it (as much of it as
+  -- the run has)
+  local back, recover, a_n, a_ok = 0, 0, 0, 0
+  for b = floor(ev_end) + 1, bins do
+    local k = issued[b] or 0
+    if k > 0 and (succeeded[b] or 0) < 0.99 * k then back = b - ev_end end
+    if (succeeded[b] or 0) < k then recover = b - ev_end end
+    if b <= ev_end + 60 then
+      a_n, a_ok = a_n + k, a_ok + (succeeded[b] or 0)
+    end
   end
   local g_succ = {}
   for g = 1, NGROUPS do g_succ[g] = g_n[g] > 0 and g_ok[g] / g_n[g] or 1 end
@@ -446,10 +477,12 @@ local function simulate(params, event, setting)
     -- server refused a request or made one wait more than `slow`
     overloaded = ovl_total,
     shed = shed, peak_after = peak, opened = opened,
-    recover = recover, after = n_after > 0 and ok_after / n_after or 1,
+    back = back, recover = recover, after = a_n > 0 and a_ok / a_n or 1,
+    wasted = served > 0 and wasted / served or 0,
     success = ok_all / n, success_in = ok_in / n_in, group_success = g_succ,
     requests = n, refused = refused,
     bins = bins, issued = issued, received = received,
+    succeeded = succeeded,
     start = ev_start, stop = ev_end, budgets = budgets,
   }
 end

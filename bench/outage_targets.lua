@@ -26,9 +26,29 @@ T.TARGETS = {
   { id = "brown", text = "brownout: amplification (not a target: the "
     .. "retries made)", worst = "max", fmt = "%.3f" },
   { id = "tovl", text = "timeouts: overload after, minus AWS standard "
-    .. "mode's (s)", limit = "<= 0", worst = "max", fmt = "%.1f" },
+    .. "mode's (80, 100% hung; <= 0) or no budget's (50%; <= 0.2) (s)",
+    limit = "<= 0, 0.2",
+    worst = "max", fmt = "%.1f" },
+  { id = "t50", text = "timeouts 50%, 60 s, hosts of 4: success (%)",
+    limit = ">= 95", worst = "min", fmt = "%.1f" },
+  { id = "t50p", text = "timeouts 50%, 60 s, per process: success (not "
+    .. "a target, %)", worst = "min", fmt = "%.1f" },
   { id = "flap", text = "flapping 5 s / 5 s: success (%)", limit = ">= 65",
     worst = "min", fmt = "%.1f" },
+  { id = "flapload", text = "flapping: amplification (not a target: 65% "
+    .. "success takes >= 1.62 even spent on the cheapest requests)",
+    worst = "max", fmt = "%.3f" },
+  { id = "rep", text = "a second outage 3 s after a 10 s one: its "
+    .. "amplification", limit = "<= 1.10", worst = "max", fmt = "%.3f" },
+  { id = "back", text = "seconds until every second's requests succeed "
+    .. "again (99%) after any event", limit = "<= no retries' (or 1)",
+    worst = "max",
+    fmt = "%.1f" },
+  { id = "after", text = "success of the requests of the minute after an "
+    .. "event (not a target, %)", worst = "min", fmt = "%.1f" },
+  { id = "wasted", text = "capacity below the load: server work wasted on "
+    .. "requests the client gave up (not a target, %)", worst = "max",
+    fmt = "%.1f" },
   { id = "flapovl", text = "flapping: requests refused + seconds of "
     .. "overload after", limit = "0", worst = "max", fmt = "%.1f" },
   { id = "meta", text = "metastable storm: overload after (s)",
@@ -121,12 +141,23 @@ end
 local function bad_day(add, r, kind, ev, row, rid)
   local per_host = rid == "rec4"
   if kind.timeouts then
-    local aws = row[per_host and "aws4" or "aws"]
-    if aws then
-      add("tovl", r.overload - aws.overload, r.overload <= aws.overload)
+    -- a half-hung upstream's retries are its successes' (95% kept):
+    -- those of its last second's hung attempts come back with the new
+    -- requests, as without a budget (within 0.2 s: where the last of
+    -- them lands is the jitter's)
+    local hung = ev.share >= 0.8
+    local ref = row[hung and (per_host and "aws4" or "aws") or "retries"]
+    if ref then
+      local d = r.overload - ref.overload
+      add("tovl", d, d <= (hung and 0 or 0.2 + 1e-9))
+    end
+    if ev.share == 0.5 and ev.len == 60 then
+      if per_host then add("t50", 100 * r.success_in, r.success_in >= 0.95)
+      else add("t50p", 100 * r.success_in, nil) end
     end
   elseif kind.flap then
     add("flap", 100 * r.success_in, r.success_in >= 0.65)
+    add("flapload", r.amplification, nil)
     add("flapovl", r.shed + r.overload, r.shed == 0 and r.overload == 0)
   elseif kind.metastable then
     add("meta", r.overload, r.overload == 0)
@@ -136,7 +167,26 @@ local function bad_day(add, r, kind, ev, row, rid)
   elseif kind.mixed then
     add("mixed", 100 * r.group_success[1], nil)
     add("ovl", r.overload, r.overload == 0)
+  elseif kind.repeated then
+    local a2 = T.second_amp(r, ev)
+    add("rep", a2, a2 <= 1.10)
+  elseif kind.slowcap then
+    add("wasted", 100 * r.wasted, nil)
   end
+  if kind.ramp or kind.step or kind.herd or kind.repeated or kind.slowcap
+  then
+    add("ovl", r.overload, r.overload <= row.retries.overload)
+  end
+end
+
+-- the amplification of a repeated outage's second one: attempts
+-- received / requests issued in its seconds
+function T.second_amp(r, ev)
+  local a, q = 0, 0
+  for b = r.start + ev.second + 1, r.start + ev.len do
+    a, q = a + (r.received[b] or 0), q + (r.issued[b] or 0)
+  end
+  return q > 0 and a / q or 1
 end
 
 -- the recommended breaker in partial outages of 10-50%: it never opens,
@@ -217,6 +267,10 @@ function T.measure(results, kinds, by_id)
             else
               bad_day(add, r, kind, ev, row, rid)
             end
+            -- no later than without retries (or within a second)
+            local none = row.none and row.none.back or 0
+            add("back", r.back, r.back <= math.max(1, none))
+            add("after", 100 * r.after, nil)
           end
         end
       end
@@ -242,14 +296,27 @@ local function cell(kind, r)
   elseif kind.wide then
     c = c .. (" %6d %4.1f"):format(r.shed, r.overloaded)
   end
+  if kind.more then
+    c = c .. (" %4d %5.1f"):format(r.back, 100 * r.after)
+    if kind.repeated then c = c .. (" %5.2f"):format(r.amp2) end
+    if kind.slowcap then c = c .. (" %5.1f"):format(100 * r.wasted) end
+  end
   return c
 end
 
 function T.print_tables(kinds, results, settings)
   for k, kind in ipairs(kinds) do
-    kind.wide = kind.timeouts or kind.flap or kind.metastable
+    kind.more = kind.repeated or kind.ramp or kind.step or kind.herd
+      or kind.slowcap
+    kind.wide = kind.timeouts or kind.flap or kind.metastable or kind.more
     local w = (kind.wide or kind.mixed) and 30 or kind.recovery and 28
               or 18
+    if kind.more then w = 41 end
+    if kind.repeated then
+      for _, r in pairs(results[k][1]) do
+        r.amp2 = T.second_amp(r, kind.events[1])
+      end
+    end
     local head, sub = ("\n%-26s"):format(kind.title), ("%-26s"):format(
       "setting")
     if #kind.title > 26 then head, sub = "\n" .. kind.title .. "\n"
@@ -266,6 +333,11 @@ function T.print_tables(kinds, results, settings)
         sub = sub .. (" %3s %5s"):format("rec", "after")
       elseif kind.wide then
         sub = sub .. (" %6s %4s"):format("shed", "busy")
+      end
+      if kind.more then
+        sub = sub .. (" %4s %5s"):format("back", "after")
+        if kind.repeated then sub = sub .. (" %5s"):format("amp2") end
+        if kind.slowcap then sub = sub .. (" %5s"):format("waste") end
       end
     end
     print(head)
@@ -319,6 +391,18 @@ local function flap(r)
   return ("%s / %d / %.1f s"):format(pct(r), r.shed, r.overload)
 end
 local function half(r) return ("%.1f%%"):format(100 * r.group_success[1]) end
+local function amp2(r)
+  return ("%.2f / %.2f"):format(r.amplification, r.amp2 or 0)
+end
+local function flapamp(r)
+  return ("%s / %.2f"):format(pct(r), r.amplification)
+end
+local function waste(r)
+  return ("%s / %.1f%%"):format(pct(r), 100 * r.wasted)
+end
+local function back(r)
+  return ("%d s / %.1f%%"):format(r.back, 100 * r.after)
+end
 
 function T.markdown(kinds, results, settings)
   if find(kinds, "fail80") then
@@ -348,6 +432,18 @@ function T.markdown(kinds, results, settings)
       { "1/s, 50%, 60 s", "quiet1_50", 2, pct },
       { "mixed, 50%: 1/s half", "mixed", 1, half },
       { "mixed, 80%: 1/s half", "mixed", 2, half },
+    })
+  end
+  if find(kinds, "repeat") then
+    table_of(kinds, results, settings, {
+      { "flapping: succ / amp", "flap", 1, flapamp },
+      { "repeated: amp / 2nd's", "repeat", 1, amp2 },
+      { "ramp: succ / amp", "ramp", 1, both },
+      { "10x step, 50%: succ / ovl", "step", 1, succ_ovl },
+      { "held herd: succ / ovl", "herd", 1, succ_ovl },
+      { "900/s: succ / wasted", "slowcap", 1, waste },
+      { "timeouts 50%, 60 s: back / after", "timeout50", 2, back },
+      { "100%, 300 s: back / after", "fail100", 3, back },
     })
   end
 end

@@ -24,8 +24,10 @@ end
 --   recovery: a run of at least 3 failed requests (first attempts
 --   failed since this state's last success) that a success ended,
 --   followed by at least 3 successes and no failure until the clock is
---   2 slices past the one of the success that ended it; counted in
---   that slice, summed over the span as B.
+--   max(2, ceil(0.75 x D)) slices past the one of the success that
+--   ended it, D the slices from the run's first failed request to its
+--   last (up for 3/4 of the time it was down); counted in that slice,
+--   summed over the span as B.
 -- * the counter starts at SIZE = 8000 + 2^20 x 1000; a retry takes 1000
 --   when it leaves the counter >= SIZE - R, and a request's first retry
 --   (attempt 2: the one after a failed first attempt) >= SIZE - R +
@@ -57,9 +59,10 @@ local function model()
       if m.run > 0 then
         m.ended = m.run >= 3 and m.run or 0
         m.run, m.streak, m.since = 0, 1, math.floor(now)
+        m.up = math.max(2, math.ceil(0.75 * (m.rl - m.rs)))
       elseif m.ended > 0 then
         m.streak = m.streak + 1
-        if m.streak >= 3 and math.floor(now) - m.since >= 2 then
+        if m.streak >= 3 and math.floor(now) - m.since >= m.up then
           add(now, 5000 * m.ended, m.lent)
           m.ended = 0
         end
@@ -70,7 +73,11 @@ local function model()
       add(now, u, m.slices)
       m.fails = math.min(4, m.fails + 1)
       m.ended = 0
-      if attempt == 1 then m.run = m.run + 1 end
+      if attempt == 1 then
+        if m.run == 0 then m.rs = math.floor(now) end
+        m.rl = math.floor(now)
+        m.run = m.run + 1
+      end
       m.s = m.s - m.s / 200
     end
   end
@@ -288,7 +295,10 @@ for _, where in ipairs { "in-process", "shared" } do
         local rand = rng(11)
         local out = {}
         for _ = 1, 3000 do
-          c.t = c.t + ({ 0.1, 0.3, 1 })[rand(3)]
+          -- steps exact in binary: the same sums at every origin (0.1
+          -- and 0.3 put 1e9 + their sums on other sides of a slice's
+          -- edge than 0 + them: float rounding, not the rule)
+          c.t = c.t + ({ 0.125, 0.25, 1 })[rand(3)]
           local ok = rand(3) == 1
           b:record(ok, 1)
           if not ok then out[#out + 1] = b:withdraw() and 1 or 0 end
@@ -371,9 +381,11 @@ describe("budget.recommended shared by workers", function()
       c.t = c.t + 1
       for _ = 1, 16 do b:record(true, 1) end
     end
-    -- each second's counts: one incr; and the run of failed requests
+    -- each second's counts: one incr (the attempts of the slice with
+    -- the failure, written when the clock leaves it: one more, once;
+    -- for the share of timeouts); and the run of failed requests
     -- before is too short to be lent for (a recovery needs 3)
-    assert.equal(11, dict.incrs)
+    assert.equal(12, dict.incrs)
     assert.equal(8, b:tokens())
   end)
 

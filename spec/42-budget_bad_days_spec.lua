@@ -224,20 +224,24 @@ for _, where in ipairs { "in-process", "shared" } do
       end
     end)
 
-    it("prices a retry after a timeout at timeout_cost (6): after a hung "
-       .. "spell, at most one such retry per success", function()
+    it("prices a retry after a timeout at timeout_cost (6) once an "
+       .. "upstream hangs: after a hung spell, at most one such retry "
+       .. "per success", function()
       local c = clock(2000)
       local b = make(c)
       assert.equal(6, b:timeout_cost())
       requests(b, c, 100, 10, true)
-      -- hung for 10 s: every attempt times out, a retry at 6 tokens
+      -- hung for 10 s: the successes stop at once, the first timeout
+      -- comes a second later; every retry at 6 tokens
+      c.t = c.t + 1
       local granted, successes = 0, 0
       for _ = 1, 100 do
         c.t = c.t + 0.1
         b:record(false, 1)
         if b:withdraw(b:timeout_cost()) then granted = granted + 1 end
       end
-      assert.is_true(granted <= 1)
+      assert.equal(1, granted)                 -- B = 8: one retry of 6
+      assert.equal(6, b:timeout_price())
       -- it recovers: new requests succeed while the hung ones time out
       granted = 0
       for _ = 1, 10 do
@@ -248,6 +252,7 @@ for _, where in ipairs { "in-process", "shared" } do
         b:record(false, 1)
         if b:withdraw(b:timeout_cost()) then granted = granted + 1 end
       end
+      assert.equal(6, b:timeout_price())
       assert.is_true(granted <= successes * b:success_share() + 1,
                      granted .. " retries for " .. successes .. " successes")
       -- the same failures, not timeouts (cost 1): about 3 per success
@@ -260,6 +265,75 @@ for _, where in ipairs { "in-process", "shared" } do
         if b:withdraw() then plain = plain + 1 end
       end
       assert.is_true(plain > granted)
+    end)
+
+    it("prices a timeout's retry by the share T of the attempts of the "
+       .. "last 3 slices that timed out: cost while T <= 0.55, "
+       .. "timeout_cost from 0.7 on, a straight line between", function()
+      local c = clock(2000)
+      local b = make(c)
+      requests(b, c, 200, 10, true)            -- B = 8
+      c.t = math.floor(c.t) + 3.5              -- three slices on: B 8
+      assert.equal(8, b:reserve())
+      for _ = 1, 10 do b:record(true, 1) end
+      -- half hung: 10 successes, then 10 timeouts (T from 1/11 to
+      -- 10/20): each retry at cost 1, so the reserve pays 8 of them
+      -- (at a flat 6: one)
+      local granted = 0
+      for k = 1, 10 do
+        b:record(false, 1)
+        if b:withdraw(6) then granted = granted + 1 end
+        assert.equal(1, b:timeout_price(), "timeout " .. k)
+      end
+      assert.equal(8, granted)
+      -- 5 more timeouts: T = 15 / 25 attempts = 0.6, a third of the way
+      for _ = 1, 5 do
+        b:record(false, 1)
+        b:withdraw(6)
+      end
+      assert.is_true(math.abs(b:timeout_price() - (1 + 5 / 3)) < 0.001)
+      -- 10 more: T = 25 / 35 = 0.71, past 0.7
+      for _ = 1, 10 do
+        b:record(false, 1)
+        b:withdraw(6)
+      end
+      assert.equal(6, b:timeout_price())
+      -- three slices later only successes: T = 0, the price is cost
+      c.t = c.t + 3
+      b:record(true, 1)
+      assert.equal(1, b:timeout_price())
+      -- a flat price where timeout_cost is cost, or with no span
+      assert.equal(1, make(clock(), { timeout_cost = 1 }):timeout_price())
+      local flat = make(clock(), { span = 0 })
+      assert.equal(6, flat:timeout_price())
+    end)
+
+    it("lends nothing for a recovery shorter than 3/4 of the outage: a "
+       .. "second outage 3 s after a 10 s one gets the reserve only, one "
+       .. "8 s after it the credit", function()
+      for _, up in ipairs { 3, 8 } do
+        local c = clock(2000)
+        local b = make(c)
+        requests(b, c, 100, 10, true)          -- B = 8
+        requests(b, c, 100, 10, false)         -- down 10 s
+        requests(b, c, 10 * up, up, true)      -- up `up` s
+        local granted = 0
+        for _ = 1, 200 do                      -- down again, 4 s
+          c.t = c.t + 0.02
+          b:record(false, 1)
+          if b:withdraw() then
+            granted = granted + 1
+            b:record(false, 2)
+          end
+        end
+        if up == 3 then
+          assert.equal(0, b:credit())
+          assert.is_true(granted <= 8, granted .. " retries")
+        else
+          assert.equal(5 * 100, b:credit())
+          assert.is_true(granted > 100, granted .. " retries")
+        end
+      end
     end)
 
     it("checks the attempt argument of withdraw and allows", function()

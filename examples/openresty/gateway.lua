@@ -22,9 +22,9 @@ function M.init(port)
   -- the fleet setting: one retry budget for every worker of the host.
   -- A retry after a 503 with Retry-After costs more than its reserve:
   -- the recommended setting does not retry a server that asks to wait.
-  -- A retry after a timeout costs 6: a quiet host (under about 75
-  -- requests in 10 s) does not retry timeouts, on purpose; any other
-  -- failure costs 1, and a fresh budget pays for one
+  -- A retry after a timeout costs up to 6 while most recent attempts
+  -- time out: a quiet host whose attempts hang does not retry them, on
+  -- purpose; any other failure costs 1, and a fresh budget pays for one
   -- (doc/budget.md, "The recommended setting")
   budget = backoff.budget.recommended { shared = ngx.shared.retry_budget }
   counters = metrics.new("api", { shared = ngx.shared.backoff_metrics })

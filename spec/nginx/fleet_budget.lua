@@ -5,9 +5,11 @@
 -- a 503) and dead.  Checked: the decisions follow each kind's rule (one
 -- call at a time, where they are exact), the shared counters stay within
 -- the bounds of doc/budget.md under concurrent calls, nothing is NaN or
--- fractional in the dict, and the error log stays clean.  Bounded: about
--- 1,500 calls of at most 4 attempts; nginx runs under `timeout`, on free
--- ports, and is stopped by its pid.  TAP.
+-- fractional in the dict, and the error log stays clean; and a second
+-- outage 3 s after a recovery (the recommended budget lends no storm).
+-- Bounded: about 1,500 calls of at most 4 attempts, then 22 s of calls
+-- 20 at a time; nginx runs under `timeout`, on free ports, and is
+-- stopped by its pid.  TAP.
 --   lua5.4 spec/nginx/fleet_budget.lua ROOT
 local ROOT = assert(arg[1], "usage: fleet_budget.lua ROOT")
 local H = dofile(ROOT .. "/spec/nginx/harness.lua")
@@ -197,12 +199,39 @@ local function kind_checks(K)
     ("bad %s"):format(tostring(s.bad)))
 end
 
+-- A second outage 3 s after a recovery (issue 31): the credit the
+-- recommended budget lends after a recovery must not pay for a storm at
+-- the next failure (before: 12,363 retries in 8 s against 8 in the
+-- first outage).  Healthy 4 s, dead 10 s, healthy 3 s, dead 5 s, calls
+-- 20 at a time the whole while; the retries of each dead spell.
+local function repeated_outage()
+  local socket = require "socket"
+  get("/reset")
+  local function phase(m, seconds)
+    mode(m)
+    local before = state("rep")
+    local stop = socket.gettime() + seconds
+    while socket.gettime() < stop do calls("rep", 20, 20) end
+    local after = state("rep")
+    local n = after.calls - before.calls
+    return after.attempts - before.attempts - n, n
+  end
+  phase("healthy", 4)
+  local r1, n1 = phase("dead", 10)
+  phase("healthy", 3)
+  local r2, n2 = phase("dead", 5)
+  check(n1 > 0 and n2 > 0 and r1 >= 1 and r2 <= math.max(r1, 8),
+    "rec: a second outage 3 s after a recovery lets through no more "
+    .. "retries than the first", ("first: %d retries for %d calls; "
+    .. "second: %d for %d"):format(r1, n1, r2, n2))
+end
+
 local function main()
   port = H.free_port()
   local up = H.free_port()
   local ok, err = H.start_nginx(PREFIX,
     ROOT .. "/spec/nginx/fleet_budget.conf.in",
-    { ROOT = ROOT, PORT = port, UP = up }, 110,
+    { ROOT = ROOT, PORT = port, UP = up }, 150,
     function() return get("/ping") and true end)
   if not check(ok, "nginx with 4 workers and every budget kind shared "
                .. "starts on 127.0.0.1", err) then
@@ -212,6 +241,8 @@ local function main()
     local fine, e = pcall(kind_checks, K)
     check(fine, K.kind .. ": checks ran without a Lua error", e)
   end
+  local fine, e = pcall(repeated_outage)
+  check(fine, "the repeated outage ran without a Lua error", e)
   H.stop_nginx(PREFIX)
   local bad = H.errors_logged(PREFIX)
   check(#bad == 0, "nginx logged no error", table.concat(bad, "\n"))

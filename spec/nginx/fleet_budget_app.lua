@@ -7,6 +7,7 @@ local budget = require "backoff.budget"
 
 local app = {}
 local budgets, up_port, policy = {}, nil, nil
+local policies = {}
 
 -- init_by_lua, in the master: every worker inherits the objects (and
 -- so keeps its own success share for the earned kind); the state is in
@@ -23,6 +24,10 @@ function app.init(up)
   budgets.ratio = budget.ratio { shared = d, key = "ratio", window = 60,
                                  percent = 10, min_per_second = 0.1 }
   budgets.sre = budget.adaptive { shared = d, key = "sre", window = 60 }
+  -- the repeated outage: the recommended budget under a jittered policy
+  budgets.rep = budget.recommended { shared = d, key = "rep" }
+  policies.rep = backoff.exponential { initial_delay = 0.01,
+    max_delay = 0.5, jitter = "full", max_attempts = 6 }
 end
 
 function app.upstream()
@@ -65,7 +70,7 @@ function app.call()
   local kind = ngx.var.arg_kind
   local bud = assert(budgets[kind], "no such kind")
   local attempts = 0
-  local res, _, reason = backoff.retry(policy, function()
+  local res, _, reason = backoff.retry(policies[kind] or policy, function()
     attempts = attempts + 1
     return fetch()
   end, { budget = bud })

@@ -60,8 +60,8 @@ local store = require "backoff.store"
 local window = require "backoff.store.window"
 local rule = require "backoff.check"  -- the option rules
 
-local floor, getmetatable, setmetatable = math.floor, getmetatable,
-      setmetatable
+local floor, ceil, getmetatable, setmetatable = math.floor, math.ceil,
+      getmetatable, setmetatable
 local add, take, read, from_milli = C.add, C.take, C.read, C.from_milli
 
 local CTOR = "backoff.budget.earned"
@@ -70,6 +70,8 @@ local LEND = 2 ^ 20                     -- the most the credit lends
 local RUN_MAX = 2 ^ 20                  -- failed requests of a run, counted
 local STREAK = 3        -- successes that confirm a recovery, and the
                         -- fewest failed requests a recovery is from
+local UP = 0.75         -- a recovery is confirmed once the upstream has
+                        -- answered for UP of the time it was down
 
 local Earned = { __name = CTOR }
 Earned.__index = Earned
@@ -82,6 +84,35 @@ end
 
 local slice_now, put, flush, advance, count, span_sum = slices.slice_now,
   slices.put, slices.flush, slices.advance, slices.count, slices.span_sum
+
+-- The price of a timeout's retry, by the share T of the recent
+-- attempts (the last RECENT slices: this one and the two before) that
+-- timed out: cost while T <= T_LO (a half-hung upstream: the others
+-- succeed and pay for it), timeout_cost from T_HI on (a hung one: the
+-- late timeouts of its last second come back when the successes do),
+-- in between on a straight line.  Thousandths.
+local RECENT, T_LO, T_HI = 3, 0.55, 0.7
+
+local function timeout_price(self, i)
+  local t, a = slices.recent(self, i, RECENT)
+  local lo, hi = self.cost_ * 1000, self.timeout_ * 1000
+  if a <= 0 or t >= a then return hi end
+  local h = (t / a - self.t_lo) / (self.t_hi - self.t_lo)
+  if h <= 0 then return lo end
+  if h >= 1 then return hi end
+  return lo + floor((hi - lo) * h + 0.5)
+end
+
+-- what a withdrawal of `cost` takes (thousandths): a timeout's retry
+-- (cost = timeout_cost, above cost) at its price, counted as a timeout
+-- when `seen`
+local function milli_cost(self, cost, seen)
+  if cost ~= self.timeout_ or not self.tshare then return cost * 1000 end
+  local i = slice_now(self)
+  advance(self, i)
+  if seen then self.pt = self.pt + 1 end
+  return timeout_price(self, i)
+end
 
 -- R now, in thousandths (B + L), and L: B is the units of the span
 -- (this worker's pending ones included), at least cost, at most
@@ -141,7 +172,7 @@ function Earned:withdraw(cost, attempt)
   self.skip, self.after = 0, nil
   if cost == 0 then return true end
   if cost > self.capacity_ then return false end
-  local c = cost * 1000
+  local c = milli_cost(self, cost, true)
   local r, l = reserve(self)
   local cap = self.cap
   local fl = floor_for(self, attempt, r, l)
@@ -171,7 +202,7 @@ function Earned:allows(cost, attempt)
   attempt = retry_number(self, attempt_arg(attempt, "allows"))
   if cost == 0 then return true end
   if cost > self.capacity_ then return false end
-  return available(self, attempt) >= cost * 1000
+  return available(self, attempt) >= milli_cost(self, cost, false)
 end
 
 -- A worker whose success share is at least this (about 300 successes
@@ -199,10 +230,13 @@ local function counted_success(self, attempt, i)
   if run > 0 then                       -- the streak starts
     if run < STREAK then run = 0 end    -- a blip, not an outage
     self.run, self.ended, self.streak, self.since = 0, run, 1, i
+    -- up for UP of the time it was down, two slices at least
+    local up = ceil(UP * (self.rl - self.rs))
+    self.up = up > 2 and up or 2
   elseif self.ended > 0 then            -- a recovery to confirm: it
-    local k = self.streak + 1           -- has lasted a whole slice
+    local k = self.streak + 1           -- has lasted long enough
     self.streak = k
-    if k >= STREAK and i - self.since >= 2 then
+    if k >= STREAK and i - self.since >= self.up then
       put(self, i, self.ended * self.urec, true)
       self.ended = 0
     end
@@ -239,11 +273,21 @@ function Earned:record(ok, attempt, cost)
   local i = self.len and slice_now(self)
   if ok then
     self.s, self.after = s + (1 - s) * self.alpha, nil
-    if i then counted_success(self, attempt, i) end
+    if i then
+      if self.tshare then
+        advance(self, i)
+        self.pa = self.pa + 1
+      end
+      counted_success(self, attempt, i)
+    end
     return earn(self, s)
   end
   self.s, self.skip, self.after = s - s * self.alpha, 0, attempt + 1
   if i then
+    if self.tshare then
+      advance(self, i)
+      self.pa, self.pbad = self.pa + 1, true
+    end
     local f = self.fails
     if f < self.most then self.fails = f + 1 end
     -- a failure before the recovery was confirmed: it was none
@@ -251,6 +295,8 @@ function Earned:record(ok, attempt, cost)
     if attempt == 1 then
       if self.ureq > 0 then count(self, self.ureq, i) end
       local run = self.run
+      if run == 0 then self.rs = i end  -- the run's first slice
+      self.rl = i                       -- and its last
       if run < RUN_MAX then self.run = run + 1 end
     end
   end
@@ -263,7 +309,7 @@ function Earned:deposit(n)
   check(self, "deposit")
   n = C.count_arg(n, "deposit", "n", self.cost_)
   local cap = self.cap
-  local m = n > self.capacity_ and self.base or n * 1000
+  local m = n > self.capacity_ and self.base or milli_cost(self, n, false)
   local r, err = add(self.dict, self.dkey, m, cap, cap, self.low)
   if not r then return nil, err end
   return self:tokens()
@@ -288,6 +334,14 @@ function Earned:credit()
   check(self, "credit")
   local _, l = reserve(self)
   return from_milli(l)
+end
+
+-- bud:timeout_price() -> what a retry after a timeout takes now (a
+-- withdrawal of timeout_cost): cost to timeout_cost, by the share of
+-- the recent attempts that timed out
+function Earned:timeout_price()
+  check(self, "timeout_price")
+  return from_milli(milli_cost(self, self.timeout_, false))
 end
 
 -- bud:success_share() -> s, this Lua state's moving average (0 to 1)
@@ -396,12 +450,16 @@ local function new(opts, ctor)
     timeout_ = o.timeout_cost,
     span_ = o.span, ureq = floor(o.per_request * 1000 + 0.5),
     ufail = ufail, urec = urec, least = least, fails = 0, pu = 0,
-    run = 0, ended = 0, streak = 0,
+    run = 0, ended = 0, streak = 0, rs = 0, rl = 0, up = 2, pa = 0, pt = 0,
+    pbad = false,
+    t_lo = T_LO, t_hi = T_HI,
     -- a longer run of failures adds nothing more to B (capped)
     most = ufail > 0 and math.ceil(base / ufail) or 1,
   }
   if o.span > 0 then
     self.len = o.span / SLICES
+    -- timeouts priced by their share (timeout_cost above cost)
+    self.tshare = self.timeout_ > self.cost_
     self.clock = o.clock or util.shared_clock()
   end
   if o.shared or o.key ~= nil then

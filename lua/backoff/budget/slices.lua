@@ -1,10 +1,11 @@
--- backoff.budget.slices: the reserve's counts of backoff.budget.earned
--- (internal): units (thousandths of a token) per slice of span / 10
--- seconds, in two series of one backoff.store.window (self.win): the
--- reserve's ("") and the credit's (":r"); shared, one dict key per
--- slice and series (dkey:<slice>, dkey:<slice>:r).  Each function takes
--- the budget itself (self): its window and the pending units pu of
--- slice pi.
+-- backoff.budget.slices: the counts of backoff.budget.earned over time
+-- (internal), per slice of span / 10 seconds, in the series of one
+-- backoff.store.window (self.win): the reserve's units (thousandths of
+-- a token, ""), the credit's (":r"), and for the price of a timeout the
+-- attempts (":a") and the timeouts retried (":t"); shared, one dict key
+-- per slice and series (dkey:<slice>, dkey:<slice>:r, ...).  Each
+-- function takes the budget itself (self): its window and what is
+-- pending for slice pi (pu units, pa attempts, pt timeouts).
 
 local S = {}
 
@@ -27,7 +28,25 @@ function S.put(self, i, u, credit)
   return true
 end
 
--- give the pending units to their slice: true, or nil, err (the units
+-- give the pending attempts and timeouts to their slice, when the clock
+-- leaves it (errors drop them: fewer counts).  The attempts of a slice
+-- without a failure are not written (the good day's one incr per
+-- second stays one): a share of timeouts is then computed over fewer
+-- attempts, so errs high.
+local function flush_share(self)
+  local t = self.pt
+  if t > 0 then
+    self.pt = 0
+    self.win:add(":t", t, self.pi)
+  end
+  local a = self.pa
+  if a > 0 and self.pbad then
+    self.pa = 0
+    self.win:add(":a", a, self.pi)
+  end
+end
+
+-- give the pending counts to their slice: true, or nil, err (the units
 -- are dropped: fewer counts, a smaller reserve)
 function S.flush(self)
   local u = self.pu
@@ -41,8 +60,11 @@ end
 function S.advance(self, i)
   local last = self.pi
   if i ~= last then
-    if last and i - last < S.SLICES then S.flush(self) end
-    self.pi, self.pu = i, 0
+    if last and i - last < S.SLICES then
+      S.flush(self)
+      if self.pa ~= 0 or self.pt ~= 0 then flush_share(self) end
+    end
+    self.pi, self.pu, self.pa, self.pt, self.pbad = i, 0, 0, 0, false
   end
 end
 
@@ -57,6 +79,18 @@ end
 -- workers write theirs when they move on)
 function S.span_sum(self, i, credit)
   return self.win:sum(series(credit), i)
+end
+
+-- the timeouts and the attempts of the last `n` slices up to slice i
+-- (now: this worker's pending ones included)
+function S.recent(self, i, n)
+  local w, a, t = self.win, 0, 0
+  if self.pi == i then a, t = self.pa, self.pt end
+  for j = i - n + 1, i do
+    a = a + w:get(":a", j)
+    t = t + w:get(":t", j)
+  end
+  return t, a
 end
 
 return S
