@@ -32,7 +32,8 @@ end
 -- returns the port and the pid of the only worker (it answers /pid)
 local function start_nginx()
   local port = H.free_port()
-  local limit = math.ceil(DURATION * ROUNDS * 2 + 60)
+  -- six handlers a round, each warmed up first: the runs, with room
+  local limit = math.ceil((DURATION * ROUNDS + 1) * 6 * 1.5 + 60)
   local pid, err = H.start_nginx(PREFIX, ROOT .. "/bench/nginx.conf.in",
     { ROOT = ROOT, PORT = port }, limit, function()
       local body = H.get(port, "/pid", 5)
@@ -79,9 +80,9 @@ end
 
 local HANDLERS = { "/retry", "/budget", "/breaker", "/upstream", "/fleet",
                    "/pcall" }
-local TARGETS = { ["/retry"] = 1.05, ["/budget"] = 1.05,
-                  ["/breaker"] = 1.10, ["/upstream"] = 1.06,
-                  ["/fleet"] = 1.12 }
+local TARGETS = { ["/retry"] = 1.05, ["/budget"] = 1.03,
+                  ["/breaker"] = 1.06, ["/upstream"] = 1.06,
+                  ["/fleet"] = 1.08 }
 
 local function list(t)
   local out = {}
