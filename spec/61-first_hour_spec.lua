@@ -250,9 +250,17 @@ describe("messages that read well", function()
   end)
 end)
 
-describe("bin/backoff-delays from a checkout", function()
+-- (spec/rock/run.sh runs the specs against an installed rock, in a
+-- folder with no bin/ and no build: these two are a checkout's, run by
+-- the five busted suites of make test)
+local cwd = io.popen("pwd"):read("*l")
+local in_checkout = io.open(cwd .. "/bin/backoff-delays") ~= nil
+  and io.open(cwd .. "/lua/backoff/cli.lua") ~= nil
+
+;(in_checkout and describe or function() end)(
+"bin/backoff-delays from a checkout", function()
   local function q(s) return "'" .. s:gsub("'", "'\\''") .. "'" end
-  local root = io.popen("pwd"):read("*l")
+  local root = cwd
   local tmp = os.tmpname()
   os.remove(tmp)
 
