@@ -269,15 +269,21 @@ local function requires(src)
   return found
 end
 
--- 3. require among lua/**/*.lua; a module m is lua/m.lua or
--- lua/m/init.lua (dots as slashes); modules not in the tree are ignored
-function check.lua_requires(tree)
+-- the Lua modules of a tree: { module name -> "lua/path" }, and how
+-- many; a module m is lua/m.lua or lua/m/init.lua (dots as slashes)
+local function modules(tree)
   local list = files(tree .. "/lua", "%.lua$")
   local file_of = {}
   for _, f in ipairs(list) do
     local name = f:gsub("/init%.lua$", ""):gsub("%.lua$", ""):gsub("/", ".")
     file_of[name] = "lua/" .. f
   end
+  return file_of, #list
+end
+
+-- 3. require among lua/**/*.lua; modules not in the tree are ignored
+function check.lua_requires(tree)
+  local file_of, n = modules(tree)
   local graph = {}
   for name, file in pairs(file_of) do
     graph[name] = {}
@@ -287,7 +293,7 @@ function check.lua_requires(tree)
       end
     end
   end
-  return circles(graph), #list
+  return circles(graph), n
 end
 
 -- the floors declared in tree/CONTRIBUTING.md: a ```floors block of
@@ -326,12 +332,7 @@ end
 -- 6. no require reaches up a floor, and every module has one
 function check.lua_floors(tree)
   local exact, prefix = floors_of(tree)
-  local list = files(tree .. "/lua", "%.lua$")
-  local file_of = {}
-  for _, f in ipairs(list) do
-    local name = f:gsub("/init%.lua$", ""):gsub("%.lua$", ""):gsub("/", ".")
-    file_of[name] = "lua/" .. f
-  end
+  local file_of, n = modules(tree)
   local problems = {}
   for name, file in pairs(file_of) do
     local mine = floor_of(name, exact, prefix)
@@ -350,7 +351,7 @@ function check.lua_floors(tree)
     end
   end
   table.sort(problems)
-  return problems, #list
+  return problems, n
 end
 
 local function count_lines(s)
