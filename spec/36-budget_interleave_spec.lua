@@ -40,9 +40,14 @@ describe("shared earned (the recommended rule) under interleavings",
       local objs, taken, earned = {}, 0, 0
       for w = 1, 3 do
         -- no credit: the counter is the capacity (the credit, lent for
-        -- recoveries, moves the floor as R does: below)
+        -- recoveries, moves the floor as R does: below).  A clock of its
+        -- own, standing still: the run is about the order of the dict's
+        -- calls, and a slice left behind on the machine's clock would
+        -- have check()'s tokens() flush this worker's counts from
+        -- outside its coroutine
         objs[w] = budget.earned { shared = dict, capacity = 4, earn = 2,
-                                  per_recovery = 0 }
+                                  per_recovery = 0,
+                                  clock = function() return 50 end }
       end
       local key = objs[1]:dict_key()
       interleave(seed, dict, 3, function(w, rand)
