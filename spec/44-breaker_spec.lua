@@ -7,23 +7,8 @@
 local backoff = require "backoff"
 local breaker = require "backoff.breaker"
 local metrics = require "backoff.metrics"
-local new_dict = dofile("spec/breaker_dict.lua")
 
--- a world: a clock the test moves, a dict that expires by it
-local function world()
-  local w = { t = 1000 }
-  w.clock = function() return w.t end
-  w.dict = new_dict(w.clock)
-  return w
-end
-
--- a breaker of world w (the intervals 1, 2, 4, ... without jitter)
-local function make(w, o)
-  local opts = { shared = w.dict, key = "api", clock = w.clock,
-    policy = backoff.exponential { initial_delay = 1, seed = 1 } }
-  for k, v in pairs(o or {}) do opts[k] = v end
-  return breaker.new(opts)
-end
+local world, make = dofile("spec/breaker_world.lua")
 
 local function fail(br, n, seconds)
   for _ = 1, n or 1 do

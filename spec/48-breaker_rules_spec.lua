@@ -3,28 +3,14 @@
 -- window's counts in state(), a seeded open interval, the state forced
 -- by hand, the observe mode, half-open's bound, the recovery rule
 -- (fast failing probes keep the interval short, hung ones lengthen it)
--- and the bounds that catch milliseconds.  A fake dict and clock, as in
--- spec/44-breaker_spec.lua.
+-- and the bounds that catch milliseconds.  A fake dict and clock:
+-- spec/breaker_world.lua.
 local backoff = require "backoff"
 local breaker = require "backoff.breaker"
 local metrics = require "backoff.metrics"
 local stats = require "backoff.breaker.stats"
-local new_dict = dofile("spec/breaker_dict.lua")
 
-local function world()
-  local w = { t = 1000 }
-  w.clock = function() return w.t end
-  w.dict = new_dict(w.clock)
-  return w
-end
-
--- a breaker of world w (the intervals 1, 2, 4, ... without jitter)
-local function make(w, o)
-  local opts = { shared = w.dict, key = "api", clock = w.clock,
-    policy = backoff.exponential { initial_delay = 1, seed = 1 } }
-  for k, v in pairs(o or {}) do opts[k] = v end
-  return breaker.new(opts)
-end
+local world, make = dofile("spec/breaker_world.lua")
 
 -- n outcomes of kind ok (seconds: how long each took)
 local function rec(br, n, ok, seconds)
