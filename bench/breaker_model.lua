@@ -24,13 +24,7 @@ local backoff = require "backoff"
 local heap = dofile("bench/heap.lua")
 
 -- a uniform draw in [0, 1): Park-Miller, the same on every Lua
-local function uniform(seed)
-  local x = seed % 2147483646 + 1
-  return function()
-    x = x * 48271 % 2147483647
-    return (x - 1) / 2147483646
-  end
-end
+local uniform = dofile("bench/uniform.lua")
 
 -- Runs the host for `duration` seconds.  upstream(t) -> fails (bool),
 -- seconds the attempt takes.  Returns the counts.

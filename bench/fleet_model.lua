@@ -29,13 +29,7 @@ local DEAD_FROM, DEAD_TO, STOP = 10, 70, 100
 local DT = 0.005
 
 -- a uniform draw in [0, 1): Park-Miller, the same on every Lua
-local function uniform(seed)
-  local x = seed % 2147483646 + 1
-  return function()
-    x = x * 48271 % 2147483647
-    return (x - 1) / 2147483646
-  end
-end
+local uniform = dofile("bench/uniform.lua")
 
 local T = 0
 local function clock() return T end
