@@ -131,8 +131,7 @@ for _, w in ipairs({ false, true }) do
   local t0 = os.clock()
   local c = run(w, 7, 1)
   print(("| %s | %d | %d | %.2fx | %.0f | %d (%s / %s / %s) | %s |"):format(
-    w and "fleet (interval 0.5 s, probes every 0.25 s, quorum 0.25, "
-      .. "suspects 3 x 0.5)"
+    w and "fleet (interval 1 s, quorum 0.25, suspects 3 x 0.5)"
       or "per host",
     c.requests, c.reached, c.requests / math.max(c.reached, 1),
     c.late / ((DEAD_TO - DEAD_FROM - 10) / 60), c.opened_n, f(c.first),

@@ -299,7 +299,7 @@ describe("backoff.fleet", function()
      function()
     local list, R = hosts(4)
     sync_all(list)
-    local b = math.floor(T * 1000 / (list[1].fl.interval * 1000))
+    local b = math.floor(T * 1000 / 1000)
     local pre = "backoff:fleet:b:backoff:breaker:"
     R.data[pre .. "v:" .. b] = "poison"          -- a string for a set
     R.data["backoff:fleet:h:" .. b] = { x = true, y = true }  -- no expiry

@@ -65,7 +65,7 @@ local RULES = {
     .. "of every Redis key)" },
   host = check.string { pattern = "^[%w%._:/%-]+$", text = "a host's "
     .. "name: letters, digits and . _ : / -" },
-  interval = check.number { min = 0.1, max = 60, default = 0.5 },
+  interval = check.number { min = 0.1, max = 60, default = 1 },
   quorum = check.number { min = 0, max = 2 ^ 31, open_min = true,
     default = 0.25, text = "a share in (0, 1) of the hosts, or a number "
     .. "of hosts >= 1" },
@@ -76,7 +76,7 @@ local RULES = {
   min_suspects = check.count { min = 1, max = 2 ^ 31, default = 10 },
   suspect_window = check.number { min = 0.1, max = 3600, default = 10 },
   max_open = check.number { min = 0.1, max = 86400, default = 60 },
-  probe_every = check.number { min = 0.01, max = 3600, default = 0.25 },
+  probe_every = check.number { min = 0.01, max = 3600, default = 1 },
   clock = check.fn {},
   client = check.fn {},
 }
