@@ -169,7 +169,7 @@ TARGETS := all demo test install uninstall print help bench jit-check \
            busted-as-documented install-test docs-test rock-test lint house \
            clean \
            rock-build rock-install
-.PHONY: $(TARGETS) FORCE
+.PHONY: $(TARGETS) test-lane-a test-lane-b FORCE
 # build/<v>/flags is made by a pattern rule only: keep it
 .PRECIOUS: $(BUILD)/%/flags
 
@@ -383,28 +383,13 @@ test: deps-test $(foreach v,$(LUA_VERSIONS),$(call MODULE,$(v)))
 	  || { cat $(BUILD)/demo.out; echo "not ok - make demo failed"; }'
 	@$(SUITE) core-without-lua $(MAKE) -s core-alone
 	@$(SUITE) c-core $(MAKE) -s ctest
-	@for v in $(LUA_VERSIONS); do \
-	  case $$v in luajit) lua=luajit ;; *) lua=lua$$v ;; esac; \
-	  $(SUITE) busted-$$v $$lua $(BUSTED) \
-	    --lpath='./lua/?.lua' --cpath="./$(BUILD)/$$v/?.so" -o TAP spec; \
-	done
-	@BACKOFF_NO_FFI=1 $(SUITE) busted-luajit-noffi luajit $(BUSTED) \
-	  --lpath='./lua/?.lua' --cpath="./$(BUILD)/luajit/?.so" -o TAP spec
-	@$(SUITE) busted-as-documented $(MAKE) -s busted-as-documented
-	@for v in luajit 5.4; do \
-	  $(SUITE) fresh-boot-$$v $(MAKE) -s fresh-boot V=$$v; done
-	@for v in 5.1 5.4 luajit; do \
-	  $(SUITE) asan-busted-$$v $(MAKE) -s asan-busted V=$$v; done
-	@for v in 5.1 5.4 luajit; do \
-	  $(SUITE) valgrind-$$v $(MAKE) -s valgrind V=$$v; done
-	@$(SUITE) allocfail $(MAKE) -s allocfail
-	@$(SUITE) forged $(MAKE) -s forged
-	@$(SUITE) fuzz $(MAKE) -s fuzz FUZZ_TIME=20
-	@$(SUITE) threads $(MAKE) -s threads
+	@echo "== two lanes side by side (one a core): their output follows"
+	@$(MAKE) -s test-lane-a >$(BUILD)/lane-a.log 2>&1 & \
+	  $(MAKE) -s test-lane-b >$(BUILD)/lane-b.log 2>&1 & wait; \
+	  cat $(BUILD)/lane-a.log $(BUILD)/lane-b.log
+	@$(SUITE) docs-run $(MAKE) -s docs-test
 	@$(SUITE) nginx timeout 300 lua5.4 spec/nginx/run.lua $(CURDIR)
 	@$(SUITE) nginx-fleet timeout 120 lua5.4 spec/nginx/fleet.lua $(CURDIR)
-	@$(SUITE) make-install $(MAKE) -s install-test
-	@$(SUITE) docs-run $(MAKE) -s docs-test
 	@$(SUITE) nginx-budgets timeout 120 lua5.4 spec/nginx/fleet_budget.lua $(CURDIR)
 	@$(SUITE) nginx-http timeout 120 lua5.4 spec/nginx/http.lua $(CURDIR)
 	@$(SUITE) nginx-hedge timeout 120 lua5.4 spec/nginx/hedge.lua $(CURDIR)
@@ -417,10 +402,38 @@ test: deps-test $(foreach v,$(LUA_VERSIONS),$(call MODULE,$(v)))
 	@$(SUITE) nginx-upstream timeout 150 lua5.4 spec/nginx/upstream.lua $(CURDIR)
 	@$(SUITE) nginx-fleet-redis timeout 180 lua5.4 spec/nginx/fleet_redis.lua \
 	  $(CURDIR)
+	@sh spec/tap-summary $(TAP_DIR)
+
+# The suites that measure no time run in two lanes side by side, about
+# five minutes each on a core of their own; the real-server suites,
+# whose checks are about time, run after them, alone.  Each lane is a
+# part of `make test` (its TAP goes to the same place), not a target
+# of its own.
+test-lane-a:
+	@$(SUITE) allocfail $(MAKE) -s allocfail
+	@for v in 5.1 5.4 luajit; do \
+	  $(SUITE) asan-busted-$$v $(MAKE) -s asan-busted V=$$v; done
+	@for v in 5.1 5.4 luajit; do \
+	  $(SUITE) valgrind-$$v $(MAKE) -s valgrind V=$$v; done
+	@$(SUITE) forged $(MAKE) -s forged
+	@$(SUITE) fuzz $(MAKE) -s fuzz FUZZ_TIME=20
+	@$(SUITE) threads $(MAKE) -s threads
+
+test-lane-b:
+	@for v in $(LUA_VERSIONS); do \
+	  case $$v in luajit) lua=luajit ;; *) lua=lua$$v ;; esac; \
+	  $(SUITE) busted-$$v $$lua $(BUSTED) \
+	    --lpath='./lua/?.lua' --cpath="./$(BUILD)/$$v/?.so" -o TAP spec; \
+	done
+	@BACKOFF_NO_FFI=1 $(SUITE) busted-luajit-noffi luajit $(BUSTED) \
+	  --lpath='./lua/?.lua' --cpath="./$(BUILD)/luajit/?.so" -o TAP spec
+	@$(SUITE) busted-as-documented $(MAKE) -s busted-as-documented
+	@for v in luajit 5.4; do \
+	  $(SUITE) fresh-boot-$$v $(MAKE) -s fresh-boot V=$$v; done
+	@$(SUITE) make-install $(MAKE) -s install-test
 	@$(SUITE) luarocks-make $(MAKE) -s rock-test
 	@$(SUITE) luacheck $(MAKE) -s lint
 	@$(SUITE) house $(MAKE) -s house
-	@sh spec/tap-summary $(TAP_DIR)
 
 # the core must build with no Lua include path at all
 core-alone: deps-cc
