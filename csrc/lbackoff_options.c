@@ -98,6 +98,55 @@ static void value_at(lua_State *L, int idx, backoff_value *v) {
   }
 }
 
+/* the edit distance of a and b (insertions, deletions, substitutions
+   and two neighbours swapped), for "did you mean"; names longer than
+   LB_NEAR_MAX are not compared */
+#define LB_NEAR_MAX 48
+static size_t edit_distance(const char *a, size_t la, const char *b,
+                            size_t lb) {
+  size_t rows[3][LB_NEAR_MAX + 1], i, j;
+  size_t *prev2 = rows[0], *prev = rows[1], *row = rows[2], *t;
+  for (j = 0; j <= lb; j++) prev[j] = j;
+  for (i = 1; i <= la; i++) {
+    row[0] = i;
+    for (j = 1; j <= lb; j++) {
+      size_t d = prev[j - 1] + (a[i - 1] != b[j - 1]);
+      if (prev[j] + 1 < d) d = prev[j] + 1;
+      if (row[j - 1] + 1 < d) d = row[j - 1] + 1;
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] &&
+          prev2[j - 2] + 1 < d)
+        d = prev2[j - 2] + 1;
+      row[j] = d;
+    }
+    t = prev2; prev2 = prev; prev = row; row = t;
+  }
+  return prev[lb];
+}
+
+/* the name of an option of strategy s closest to the string at idx (one
+   edit, or one per five letters), or NULL */
+static const char *near_option(lua_State *L, int s, int idx) {
+  size_t len, most, i, d;
+  const char *k, *best = NULL;
+  if (lua_type(L, idx) != LUA_TSTRING) return NULL;
+  k = lua_tolstring(L, idx, &len);
+  if (len > LB_NEAR_MAX) return NULL;
+  most = len / 5 > 1 ? len / 5 : 1;
+  for (i = 0; backoff_options[i].name != NULL; i++) {
+    const char *name = backoff_options[i].name;
+    size_t ln = strlen(name);
+    if (!((backoff_options[i].accepted >> s) & 1u) || ln > LB_NEAR_MAX)
+      continue;
+    d = edit_distance(k, len, name, ln);
+    if (d <= most) {
+      best = name;
+      most = d;
+      if (d == 0) break;
+    }
+  }
+  return best;
+}
+
 /* key at -2, value at -1: check it into *su (names: the strategy's
    option names -> rows); values the binding holds (start, clock) go to
    the side table at side (made on first need), and *h notes them */
@@ -110,9 +159,14 @@ static void read_option(lua_State *L, int s, int names, backoff_setup *su,
   lua_pushvalue(L, -2);
   lua_rawget(L, names);
   o = (const backoff_option *)lua_touserdata(L, -1);
-  if (o == NULL)
+  if (o == NULL) {
+    const char *near = near_option(L, s, -3);
+    if (near != NULL)
+      luaL_error(L, "backoff.%s: unknown option %s (did you mean '%s'?)",
+                 backoff_strategy_name(s), lbackoff_repr(L, -3), near);
     luaL_error(L, "backoff.%s: unknown option %s", backoff_strategy_name(s),
                lbackoff_repr(L, -3));
+  }
   row = (int)(o - backoff_options);
   lua_pop(L, 1);
   value_at(L, -1, &v);

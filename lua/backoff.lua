@@ -97,11 +97,13 @@ function M.recommended(opts)
   local o = {}
   for k, v in pairs(RECOMMENDED) do o[k] = v end
   for k, v in pairs(opts or {}) do o[k] = v end
+  -- milliseconds first: 100 for 0.1 s is said as such, not as a
+  -- delay above max_delay
+  not_seconds(o)
   local ok, b = pcall(core.exponential, o)
   if not ok then
     check.raise((b:gsub("^[^\n]-backoff%.exponential:", REC .. ":")))
   end
-  not_seconds(o)
   return b
 end
 

@@ -51,6 +51,16 @@ describe("constructors", function()
         end
       end)
 
+      it("suggests the option a misspelt name was meant as", function()
+        raises(s, with(req, "max_attemps", 3),
+          "backoff." .. s .. ": unknown option 'max_attemps' (did you "
+          .. "mean 'max_attempts'?)")
+        -- far from every name: no suggestion
+        local ok, err = pcall(backoff[s], with(req, "zzzzzz", 1))
+        assert.is_false(ok)
+        assert.is_nil(err:find("did you mean", 1, true), err)
+      end)
+
       it("rejects unknown options, including other strategies'", function()
         raises(s, with(req, "max_attemps", 3),
           "backoff." .. s .. ": unknown option 'max_attemps'")

@@ -42,6 +42,13 @@ describe("backoff.recommended", function()
     end
   end)
 
+  it("suggests the option a misspelt name was meant as", function()
+    local err = raised_here(function()
+      backoff.recommended { max_attepts = 3 } end)
+    assert.matches("backoff.recommended: unknown option 'max_attepts' "
+      .. "(did you mean 'max_attempts'?)", err, 1, true)
+  end)
+
   it("refuses a time that cannot be seconds there, naming the option",
      function()
     for _, case in ipairs {
@@ -50,6 +57,8 @@ describe("backoff.recommended", function()
         "3 for 3000 ms" },
       { { initial_delay = 100, max_delay = 5000 }, "initial_delay",
         "0.1 for 100 ms" },
+      -- alone, above the default max_delay: still said as milliseconds
+      { { initial_delay = 100 }, "initial_delay", "0.1 for 100 ms" },
       { { min_adjust_timeout = 2000 }, "min_adjust_timeout", "2 for" },
     } do
       local err = raised_here(function() backoff.recommended(case[1]) end)

@@ -253,14 +253,55 @@ end
 -- the old name is refused with the new one (CHANGELOG.md lists them)
 M.RENAMED = {}
 
-local function unknown(ctor, k)
+-- the edit distance of a and b (insertions, deletions, substitutions,
+-- and two letters swapped), for "did you mean"
+local function distance(a, b)
+  local prev, prev2 = {}, {}
+  for j = 0, #b do prev[j] = j end
+  for i = 1, #a do
+    local row = { [0] = i }
+    for j = 1, #b do
+      local cost = a:byte(i) == b:byte(j) and 0 or 1
+      local d = math.min(prev[j] + 1, row[j - 1] + 1, prev[j - 1] + cost)
+      if i > 1 and j > 1 and a:byte(i) == b:byte(j - 1)
+         and a:byte(i - 1) == b:byte(j) then
+        d = math.min(d, prev2[j - 2] + 1)
+      end
+      row[j] = d
+    end
+    prev2, prev = prev, row
+  end
+  return prev[#b]
+end
+M.distance = distance
+
+-- the known name closest to a misspelt one (one edit, or one per five
+-- letters: 'retries' is not 'metrics'), or nil
+local function closest(k, known)
+  if type(k) ~= "string" or not known then return nil end
+  local best, most = nil, math.max(1, math.floor(#k / 5))
+  local names = {}
+  for name in pairs(known) do
+    if type(name) == "string" then names[#names + 1] = name end
+  end
+  table.sort(names)
+  for _, name in ipairs(names) do
+    local d = distance(k, name)
+    if d <= most then best, most = name, d - 1 end
+  end
+  return best
+end
+
+local function unknown(ctor, k, known, extra)
   local r = M.RENAMED[ctor]
   local new = r and r[k]
   if new then
     raise(("%s: unknown option %s (renamed '%s' in 0.3.0)"):format(ctor,
           repr(k), new))
   end
-  raise(ctor .. ": unknown option " .. repr(k))
+  local near = closest(k, known) or closest(k, extra)
+  raise(ctor .. ": unknown option " .. repr(k)
+    .. (near and (" (did you mean '" .. near .. "'?)") or ""))
 end
 
 local function not_table(ctor, opts)
@@ -278,7 +319,7 @@ function M.validator(ctor, rules)
     if type(opts) ~= "table" then not_table(ctor, opts) end
     for k, v in next, opts do
       local r = rules[k]
-      if not r then unknown(ctor, k) end
+      if not r then unknown(ctor, k, rules) end
       if not r.test(v) then refuse(ctor, k, r, v) end
     end
     if getmetatable(opts) == nil then return opts end
@@ -327,7 +368,7 @@ function M.options(ctor, rules, extra)
       elseif extra and extra[k] then
         out[k] = v
       else
-        unknown(ctor, k)
+        unknown(ctor, k, rules, extra)
       end
     end
     for k, r in pairs(rules) do
