@@ -39,6 +39,8 @@ describe("backoff.upstream.new", function()
 
   it("refuses bad options, naming them", function()
     raises("unknown option 'retries'", { name = name(), retries = 3 })
+    raises("unknown option 'max_ejectd' (did you mean 'max_ejected'?)",
+      { name = name(), max_ejectd = 0.5 })
     raises("option 'name'", {})
     raises("option 'name'", { name = "a b" })
     raises("option 'peers'", { name = name(), peers = { "nohost" } })
@@ -51,6 +53,13 @@ describe("backoff.upstream.new", function()
     raises("option 'breaker'", { name = name(), breaker = { probes = 0 } })
     raises("option 'hedge'", { name = name(), hedge = { delay = 50e3 } })
     raises("option 'hedge'", { name = name(), hedge = { dealy = 0.1 } })
+    -- a delay as long as the policy's deadline: at new, with the hint
+    raises("'delay' is 20 s, not below the policy's deadline "
+      .. "(max_actual_duration 10 s): no copy would ever be sent; times "
+      .. "are seconds (0.02 for 20 ms)", { name = name(),
+      hedge = { delay = 20 } })
+    raises("option 'hedge': 'min_delay' is 50 s", { name = name(),
+      hedge = { min_delay = 50 } })
     raises("option 'max_ejected'", { name = name(), max_ejected = 2 })
     raises("option 'metrics'", { name = name(), metrics = "yes" })
     local dup = name()
@@ -129,7 +138,8 @@ describe("up:call with peers", function()
       c.now = c.now + 0.001
     end
     local s = up:status()
-    assert.equal(3, s.ejected)
+    -- 3 breakers open, but only 2 peers kept out: the third is tried
+    assert.equal(2, s.ejected)
     assert.equal(2, s.max_ejected)
     local allowed = 0
     for _, p in ipairs(s.peers) do
@@ -140,6 +150,30 @@ describe("up:call with peers", function()
     local most = 0
     for i = 1, 3 do most = math.max(most, hits[FOUR[i]] or 0) end
     assert.truthy(most > 50, most)
+  end)
+
+  it("calls up:request's do_request as hedge.request does", function()
+    local up = upstream.new { name = name(), peers = FOUR, budget = false }
+    local seen = {}
+    local res = up:request(function(attempt, t, cancel, peer)
+      local sock = { close = function() end }
+      assert.equal(sock, cancel:on_cancel(sock))   -- never cancelled
+      assert.is_false(cancel.cancelled)
+      seen[#seen + 1] = { attempt, type(t), peer.name, peer.host,
+        peer.port, peer[1], peer[2] }
+      if attempt == 1 then return 503 end
+      return { status = 200 }
+    end, { method = "GET", sleep = function() end })
+    assert.equal(200, res.status)
+    assert.equal(2, #seen)
+    for i, s in ipairs(seen) do
+      assert.equal(i, s[1])
+      assert.equal("table", s[2])
+      assert.equal(s[4] .. ":" .. s[5], s[3])
+      assert.equal(s[4], s[6])
+      assert.equal(s[5], s[7])
+    end
+    assert.are_not.equal(seen[1][3], seen[2][3])   -- another peer
   end)
 
   it("takes a peers function", function()
@@ -171,5 +205,32 @@ describe("status", function()
     assert.equal('{"a":[1,2.5,"x\\"y\\n"],"b":false,"c":{}}',
       j { a = { 1, 2.5, 'x"y\n' }, b = false, c = {} })
     assert.equal('"\\u0001"', j("\1"))
+    -- a time of day keeps its milliseconds (not 1.79593e+09)
+    assert.equal("[1795928424.123,0.1]",
+      require("backoff.upstream.status").encode_own {
+        1795928424.123, 0.1 })
+  end)
+
+  it("shows transitions as clock times and the peers over the bound",
+    function()
+    local c = { now = 1795928424.25 }
+    local up = upstream.new { name = name(), peers = FOUR,
+      clock = function() return c.now end, max_ejected = 0.25,
+      budget = false }
+    for _ = 1, 200 do
+      up:call(function(_, _, peer)
+        if peer ~= FOUR[4] then return nil, "refused" end
+        return "ok"
+      end, { sleep = function(d) c.now = c.now + d end })
+      c.now = c.now + 0.001
+    end
+    local page = upstream.status_page()
+    local section = page:match('<section id="up%-' .. up.name
+      .. '">.-</section>')
+    assert.truthy(section:find("%d%d:%d%d:%d%d%.%d%d%dZ %S+: %l"),
+      section)
+    assert.truthy(section:find("over the ejection bound", 1, true),
+      section)
+    assert.truthy(section:find("reopens in", 1, true))
   end)
 end)

@@ -25,6 +25,7 @@ local status = require "backoff.upstream.status"
 local counts = require "backoff.upstream.counts"
 local backoff = require "backoff"
 local http = require "backoff.http"
+local token = require "backoff.hedge.token"
 local check = require "backoff.check"
 local store = require "backoff.store"
 local util = require "backoff.util"
@@ -74,7 +75,7 @@ local function declare(o)
   self.budget = build.budget(o)
   local recorder = build.metrics(o)
   self.metrics = recorder and counts.new(recorder, o.clock)
-  self.hedge = build.hedge(o, self.budget)
+  self.hedge = build.hedge(o, self.budget, self.policy)
   local make = build.breaker(o, o.peers ~= nil, hook_for(self))
   if o.peers ~= nil then
     self.peers = peers_mod.new(o.name, o.peers, make ~= nil,
@@ -178,8 +179,9 @@ end
 
 --- up:request(do_request, opts): backoff.http.request, or
 -- backoff.hedge.request for an idempotent request when the upstream
--- hedges (and opts.hedge is not false); do_request(attempt, t, peer
--- [, cancel])
+-- hedges (and opts.hedge is not false); do_request(attempt, t, cancel,
+-- peer) as hedge.request's (cancel never cancelled when not hedged;
+-- peer nil without peers)
 function Up:request(do_request, opts)
   if type(opts) ~= "table" then
     check.raise(WHO .. ":request: opts must be a table with at least "
@@ -195,15 +197,12 @@ function Up:request(do_request, opts)
     ropts.delay, ropts.pace, ropts.budget = h.delay, h.pace, h.budget
     if pick then ropts.peers = function() return pick.peer end end
     return require("backoff.hedge").request(self.policy,
-      function(attempt, t, cancel, peer)
-        return do_request(attempt, t, peer and peer.name, cancel, peer)
-      end, ropts)
+      do_request, ropts)
   end
-  local f = do_request
-  if pick then
-    f = function(attempt, t)
-      return do_request(attempt, t, pick.peer.name, nil, pick.peer)
-    end
+  -- a token that is never cancelled: the same client serves both
+  local f = function(attempt, t)
+    local peer = pick and pick.peer
+    return do_request(attempt, t, token.new(attempt, peer), peer)
   end
   return http.request(self.policy, f, ropts)
 end
@@ -281,7 +280,10 @@ function Up:status()
   if self.peers then
     local list = self.peers:list()
     local over, n = self.peers:overflow(list)
-    ejected, limit = n, self.peers:limit(#list)
+    limit = self.peers:limit(#list)
+    -- the peers really kept out: those over the bound are tried as if
+    -- closed (marked treated_as_allowed)
+    ejected = n < limit and n or limit
     for i, p in ipairs(list) do
       rows[i] = breaker_row(p.name, p.br, over[i])
     end

@@ -65,7 +65,7 @@ end
 
 function M.request()
   local up = upstream.get("api")
-  local res, err, reason = up:request(function(_, t, _, cancel, peer)
+  local res, err, reason = up:request(function(_, t, cancel, peer)
     return get(peer, "/", t, cancel)
   end, { method = "GET" })
   if not res then

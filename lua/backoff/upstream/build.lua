@@ -189,9 +189,23 @@ end
 local HEDGE_KEYS = { delay = true, percent = true, max_delay = true,
   percentile = true, min_delay = true }
 
---- B.hedge(o, budget) -> { delay = number or estimator, pace, budget }
--- or nil
-function B.hedge(o, budget)
+-- a hedge waits less than the policy's deadline, or it never sends a
+-- copy: said at new, not at the first request (and as hedge.request
+-- says it, with the milliseconds it was probably meant as)
+local function below_deadline(name, d, policy)
+  if type(d) ~= "number" then return end
+  local most = policy and policy:config().max_actual_duration or 0
+  if most > 0 and d >= most then
+    error(("'%s' is %g s, not below the policy's deadline "
+      .. "(max_actual_duration %g s): no copy would ever be sent; times "
+      .. "are seconds (%g for %g ms)"):format(name, d, most, d / 1000, d),
+      0)
+  end
+end
+
+--- B.hedge(o, budget, policy) -> { delay = number or estimator, pace,
+-- budget } or nil
+function B.hedge(o, budget, policy)
   local v = o.hedge
   if v == false then return nil end
   if v == true or v == "recommended" then v = {} end
@@ -205,6 +219,8 @@ function B.hedge(o, budget)
   local delay = v.delay == nil and "adaptive" or v.delay
   local ok, h = pcall(function()
     local d = delay
+    below_deadline("delay", d, policy)
+    below_deadline("min_delay", v.min_delay, policy)
     if d == "adaptive" then
       d = hedge.latency { shared = o.shared, key = B.key(o, "|hedge"),
         clock = o.clock, max_delay = v.max_delay, min_delay = v.min_delay,

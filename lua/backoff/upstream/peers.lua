@@ -52,7 +52,8 @@ local function peer_of(self, s)
     check.raise(WHO .. ": '" .. self.name .. "': option 'peers' must list "
       .. "\"host:port\" strings (got " .. check.got(s) .. ")")
   end
-  p = { name = s, host = host, port = port }
+  -- [1], [2] too: the { host, port } pair hedge.request's clients take
+  p = { name = s, host = host, port = port, host, port }
   if self.breaker_opts then
     p.br = self.make_breaker(s)
   end

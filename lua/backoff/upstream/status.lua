@@ -107,7 +107,9 @@ function encode(v, out)
     elseif v == floor(v) and v > -2 ^ 53 and v < 2 ^ 53 then
       out[#out + 1] = format("%d", v)
     else
-      out[#out + 1] = format("%.6g", v)
+      -- 14 significant digits, as lua-cjson writes them: a time of day
+      -- in seconds since the epoch keeps its milliseconds
+      out[#out + 1] = format("%.14g", v)
     end
   elseif t == "boolean" then
     out[#out + 1] = tostring(v)
@@ -166,12 +168,23 @@ local function num(v)
   return format("%.3g", v)
 end
 
+-- a time since the epoch as a clock time (UTC, with milliseconds); a
+-- time that is not one (a test's fake clock) as it is
+local function clock(v)
+  if type(v) ~= "number" then return "" end
+  if v < 1e9 then return format("%.3f", v) end
+  return os.date("!%H:%M:%S", floor(v)) .. format(".%03dZ",
+    floor((v - floor(v)) * 1000))
+end
+
 local function rows(u)
   local out = {}
   for _, p in ipairs(u.peers) do
     out[#out + 1] = format('<tr class="%s" data-peer="%s"><td>%s</td>'
       .. '<td class="state">%s</td><td>%s</td><td>%s</td></tr>',
-      html(p.state), html(p.peer), html(p.peer), html(p.state),
+      html(p.state), html(p.peer), html(p.peer),
+      html(p.state) .. (p.treated_as_allowed
+        and " (allowed: over the ejection bound)" or ""),
       html(p.opening or 0), p.left and num(p.left) .. " s" or "")
   end
   return concat(out, "\n")
@@ -184,12 +197,12 @@ local function section(u)
     .. num(u.hedge.share)) or "off"
   local tr = {}
   for _, t in ipairs(u.transitions) do
-    tr[#tr + 1] = format("<li>%s %s: %s &rarr; %s</li>", num(t.at),
+    tr[#tr + 1] = format("<li>%s %s: %s &rarr; %s</li>", clock(t.at),
       html(t.peer), html(t.from), html(t.to))
   end
   return format([[<section id="up-%s"><h2>%s</h2>
 <p>budget: %s &middot; hedging: %s &middot; ejected %d of at most %d</p>
-<table><tr><th>peer</th><th>state</th><th>openings</th><th>open for</th></tr>
+<table><tr><th>peer</th><th>state</th><th>openings</th><th>reopens in</th></tr>
 %s
 </table><ul>%s</ul></section>]], html(u.name), html(u.name), bud, hedge,
     u.ejected or 0, u.max_ejected or 0, rows(u), concat(tr))
