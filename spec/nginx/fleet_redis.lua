@@ -4,8 +4,8 @@
 -- fleet, one host's broken path stays its own, and Redis paused
 -- (SIGSTOP), killed, restarted empty or poisoned never delays a request
 -- nor raises a Lua error; and a budget sees the fleet (fl:budget): a
--- host that saw no retry succeed borrows from those that did.  Everything runs under `timeout` and is
--- stopped by pid.  TAP.
+-- host that saw no retry succeed borrows from those that did.
+-- Everything runs under `timeout` and is stopped by pid.  TAP.
 --   lua5.4 spec/nginx/fleet_redis.lua ROOT
 local socket = require "socket"
 
