@@ -481,6 +481,37 @@ describe("backoff.fleet budgets", function()
                 st.budgets.api)
   end)
 
+  it("goes where a budget goes: backoff.retry pays from the grant",
+     function()
+    local list = budget_hosts(2)
+    local function run(h)
+      local n = 0
+      local res, _, reason = backoff.retry(backoff.constant { delay = 0,
+        max_attempts = 5 }, function()
+          n = n + 1
+          if n < 4 then return nil, "fail" end
+          return "ok"
+        end, { budget = h.g, sleep = function() end })
+      return res, reason, n
+    end
+    drain(list[1])
+    local res, reason, n = run(list[1])
+    assert.is_nil(res)
+    assert.equal("budget", reason)
+    assert.equal(1, n)
+    -- host 2 sees retries saved; host 1 then gets the grant
+    for _, h in ipairs(list) do assert(h.fl:sync()) end
+    saved(list[2]) saved(list[2])
+    T = T + 1
+    assert(list[2].fl:sync())                    -- pushes first
+    assert(list[1].fl:sync())
+    res, reason, n = run(list[1])
+    assert.is_nil(reason)
+    assert.equal("ok", res)
+    assert.equal(4, n)
+    assert.equal(3, list[1].g.lent)
+  end)
+
   it("a dead upstream lends nothing: each host on its own budget",
      function()
     local list = budget_hosts(4)
