@@ -476,6 +476,14 @@ describe("backoff.fleet budgets", function()
     assert.equal(calls, R.calls)
     assert.equal(0, h4.g:grant())
     assert.is_false(h4.g:allows(nil, 3))
+    -- a retry after an overload answer is never paid from the grant
+    local big = budget_hosts(1, { capacity = 100 })[1]
+    big.dict:set("backoff:fleet|Gapi", 50000)
+    drain(big)
+    assert.is_false(big.g:withdraw(big.bud:throttle_cost(), 3))
+    assert.is_false(big.g:allows(big.bud:throttle_cost(), 3))
+    assert.is_true(big.g:withdraw(2, 3))
+    assert.equal(48, big.g:grant())
     local st = h4.fl:status()
     assert.same({ retries = 6, saved = 6, hosts = 4, grant = 0, lent = 8 },
                 st.budgets.api)

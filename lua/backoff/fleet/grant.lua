@@ -82,7 +82,7 @@ end
 -- budget refuses is paid from the fleet's grant when it holds enough
 function Grant:withdraw(cost, attempt)
   local ok, err = self.bud:withdraw(cost, attempt)
-  if ok or err then return ok, err end
+  if ok or err or self:throttled(cost) then return ok, err end
   local c = milli(self, cost)
   if c and take(self, c) then
     self.lent = self.lent + 1
@@ -91,10 +91,18 @@ function Grant:withdraw(cost, attempt)
   return false
 end
 
+--- g:throttled(cost) -> cost is the budget's price of a retry after
+-- an overload answer (its throttle_cost): never paid from the grant
+function Grant:throttled(cost)
+  local f = self.bud.throttle_cost
+  return cost ~= nil and type(f) == "function" and cost >= f(self.bud)
+end
+
 --- g:allows([cost [, attempt]]) -> as bud:allows, or the grant holds
 -- enough
 function Grant:allows(cost, attempt)
   if self.bud:allows(cost, attempt) then return true end
+  if self:throttled(cost) then return false end
   local c = milli(self, cost)
   return c ~= nil and c > 0 and c <= grant(self)
 end
