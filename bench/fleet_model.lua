@@ -1,4 +1,4 @@
--- The breaker at fleet scale, in virtual time: N hosts (default 1,000)
+-- The breaker and the budget at fleet scale, in virtual time: N hosts
 -- of 4 workers, each worker at 0.25 requests/s (1 request/s per host,
 -- Poisson), one upstream dead (503 at once) from t = 10 s for 60 s.
 -- Each host has backoff.breaker.recommended (its policy seeded) and,
@@ -152,4 +152,27 @@ for _, w in ipairs({ false, true }) do
   local c = run(w, 7, 0.5)
   print(("| %s | %d | %d | %.1f%% |"):format(w and "fleet" or "per host",
     c.requests, c.refused, 100 * c.ok / c.requests))
+end
+
+-- the budget (bench/fleet_budget.lua): the same hosts with retries
+-- (exponential 0.1-20 s, full jitter, 10 attempts) and the recommended
+-- budget per host, alone or with the fleet's grant (fl:budget, interval
+-- 1 s, lend 32, capacity 8)
+print("")
+print("The same hosts with retries and the recommended budget per host "
+  .. "(shared by its 4 workers), alone or with fl:budget on top:")
+print("")
+print("| event | setting | requests in the run (20 s before, the event, "
+  .. "60 s after) | succeeded (of the event's) | amplification |")
+print("|---|---|---|---|---|")
+local brows = dofile("bench/fleet_budget.lua")(HOSTS, 1,
+  { { share = 0.5, len = 60 }, { share = 0.8, len = 60 },
+    { share = 1, len = 60 }, { share = 1, len = 10 } })
+for _, x in ipairs(brows) do
+  print(("| %s for %d s | %s | %d | %.2f%% | %.3fx |"):format(
+    x.share < 1 and ("%d%% failing"):format(x.share * 100) or "dead",
+    x.len, x.fleet and "fleet (fl:budget)" or "per host",
+    x.r.requests, 100 * x.r.success_in, x.r.amplification))
+  io.stderr:write(("  (%s: %.1f s of CPU)\n"):format(
+    x.fleet and "fleet" or "per host", x.cpu))
 end

@@ -382,8 +382,244 @@ describe("backoff.fleet", function()
     local a = script.args({ prefix = "p:", host = "h", interval = 1,
       tenure = 5, share = 0.25, min = 2, sshare = 0.5, mins = 10,
       max_open = 60, cttl = 10 },
-      { { name = "b", state = "o", res = "1" } })
+      { { name = "b", state = "o", res = "1" } },
+      { { name = "api", retries = 3, saved = 2 } })
     assert.same({ 0, "p:", "h", 1000, 5000, 0.25, 2, 0.5, 10, 60000,
-                  10000, "b", "o", "1" }, a)
+                  10000, 1, "b", "o", "1", "api", 3, 2 }, a)
+  end)
+end)
+
+-- budgets that see the fleet (fl:budget): n hosts on one fake Redis,
+-- each a dict, a shared recommended budget and a fleet
+local function budget_hosts(n, o)
+  local R = new_fake(clock)
+  local list = {}
+  for i = 1, n do
+    local h = { dict = store.dict(nil, clock) }
+    h.fl = fleet.new { shared = false, host = "h" .. i, clock = clock,
+      client = R.client }
+    h.fl.dict = h.dict
+    h.bud = backoff.budget.recommended { shared = h.dict, key = "api",
+                                         clock = clock }
+    h.g = h.fl:budget(h.bud, o)
+    list[i] = h
+  end
+  return list, R
+end
+
+-- a host's request that failed once and then succeeded on its retry
+local function saved(h)
+  h.g:record(false, 1)
+  assert.is_true(h.g:withdraw(nil, 2))
+  h.g:record(true, 2)
+end
+
+-- spend what the host's own budget allows: the retries it refuses next
+local function drain(h)
+  local n = 0
+  while h.bud:withdraw(nil, 3) do n = n + 1 end
+  return n
+end
+
+describe("backoff.fleet budgets", function()
+  before_each(function() T = 100 end)
+
+  it("checks its arguments", function()
+    local fl = fleet.new { shared = false, host = "a", clock = clock }
+    assert.has_error(function() fl:budget({}) end,
+      "backoff.fleet:budget: a budget expected (got table)")
+    local bud = backoff.budget.recommended { clock = clock }
+    assert.has_error(function() fl:budget(bud) end,
+      "backoff.fleet:budget: option 'key' must be given (a string "
+      .. "without spaces: the budget's name in Redis' keys) for a budget "
+      .. "without a shared key")
+    assert.has_error(function() fl:budget(bud, { key = "a", lend = -1 }) end,
+      "backoff.fleet:budget: option 'lend' must be a number >= 0 and "
+      .. "<= 1048576 (got -1)")
+    assert.has_error(function() fl:budget(bud, { key = "a", x = 1 }) end,
+      "backoff.fleet:budget: unknown option 'x'")
+    local g = fl:budget(bud, { key = "a" })
+    -- the budget's own methods pass through
+    assert.equal(bud:capacity(), g:capacity())
+    assert.equal(bud:cost(), g:cost())
+    assert.equal(bud, g:budget())
+  end)
+
+  it("the level: nothing without saved retries, or when they mostly "
+     .. "fail", function()
+    local grant = require "backoff.fleet.grant"
+    assert.equal(0, grant.level(32, 8, 0, 0, 10))
+    assert.equal(0, grant.level(32, 8, 100, 0, 10))     -- dead upstream
+    assert.equal(0, grant.level(32, 8, 100, 20, 10))    -- 80% failing
+    assert.equal(8, grant.level(32, 8, 100, 50, 10))    -- capped
+    assert.equal(3.2, grant.level(32, 8, 10, 5, 50))    -- 32 x 5 / 50
+    assert.near(4, grant.level(32, 8, 100, 30, 10), 1e-9) -- half weight
+  end)
+
+  it("a host whose own budget is spent retries on the fleet's grant, "
+     .. "with no Redis call in its decisions", function()
+    local list, R = budget_hosts(4)
+    for _, h in ipairs(list) do assert(h.fl:sync()) end
+    -- hosts 1-3 see retries succeed; host 4 has seen nothing yet
+    for i = 1, 3 do saved(list[i]) saved(list[i]) end
+    local h4 = list[4]
+    drain(h4)
+    assert.is_false(h4.g:withdraw(nil, 3))         -- no grant yet
+    T = T + 1
+    for _, h in ipairs(list) do assert(h.fl:sync()) end
+    -- 6 retries, all saved, 4 hosts: 32 x 6 / 4 = 48, at most 8
+    assert.equal(8, h4.g:grant())
+    local calls = R.calls
+    local n = 0
+    while h4.g:withdraw(nil, 3) do n = n + 1 end
+    assert.equal(8, n)
+    assert.equal(calls, R.calls)
+    assert.equal(0, h4.g:grant())
+    assert.is_false(h4.g:allows(nil, 3))
+    -- a retry after an overload answer is never paid from the grant
+    local big = budget_hosts(1, { capacity = 100 })[1]
+    big.dict:set("backoff:fleet|Gapi", 50000)
+    drain(big)
+    assert.is_false(big.g:withdraw(big.bud:throttle_cost(), 3))
+    assert.is_false(big.g:allows(big.bud:throttle_cost(), 3))
+    assert.is_true(big.g:withdraw(2, 3))
+    assert.equal(48, big.g:grant())
+    local st = h4.fl:status()
+    assert.same({ retries = 6, saved = 6, hosts = 4, grant = 0, lent = 8 },
+                st.budgets.api)
+  end)
+
+  it("goes where a budget goes: backoff.retry pays from the grant",
+     function()
+    local list = budget_hosts(2)
+    local function run(h)
+      local n = 0
+      local res, _, reason = backoff.retry(backoff.constant { delay = 0,
+        max_attempts = 5 }, function()
+          n = n + 1
+          if n < 4 then return nil, "fail" end
+          return "ok"
+        end, { budget = h.g, sleep = function() end })
+      return res, reason, n
+    end
+    drain(list[1])
+    local res, reason, n = run(list[1])
+    assert.is_nil(res)
+    assert.equal("budget", reason)
+    assert.equal(1, n)
+    -- host 2 sees retries saved; host 1 then gets the grant
+    for _, h in ipairs(list) do assert(h.fl:sync()) end
+    saved(list[2]) saved(list[2])
+    T = T + 1
+    assert(list[2].fl:sync())                    -- pushes first
+    assert(list[1].fl:sync())
+    res, reason, n = run(list[1])
+    assert.is_nil(reason)
+    assert.equal("ok", res)
+    assert.equal(4, n)
+    assert.equal(3, list[1].g.lent)
+  end)
+
+  it("a dead upstream lends nothing: each host on its own budget",
+     function()
+    local list = budget_hosts(4)
+    for _ = 1, 3 do
+      for _, h in ipairs(list) do
+        h.g:record(false, 1)
+        h.g:withdraw(nil, 2)
+        h.g:record(false, 2)
+        assert(h.fl:sync())
+      end
+      T = T + 1
+    end
+    for _, h in ipairs(list) do
+      assert.equal(0, h.g:grant())
+      drain(h)
+      assert.is_false(h.g:withdraw(nil, 3))    -- nothing but its own
+      assert.is_false(h.g:allows(nil, 3))
+    end
+  end)
+
+  it("Redis down: the grant is deleted, one warn per interval",
+     function()
+    local list, R = budget_hosts(2)
+    for _, h in ipairs(list) do assert(h.fl:sync()) end
+    saved(list[1]) saved(list[2])
+    T = T + 1
+    for _, h in ipairs(list) do assert(h.fl:sync()) end
+    assert.is_true(list[1].g:grant() > 0)
+    local logged = {}
+    local old = store.log
+    store.log = function(...) logged[#logged + 1] = table.concat({ ... }) end
+    R.down = "connection refused"
+    local ok, err = list[1].fl:sync()
+    local ok2 = list[1].fl:sync()
+    store.log = old
+    assert.is_nil(ok) assert.is_nil(ok2)
+    assert.equal("connection refused", err)
+    assert.equal(0, list[1].g:grant())
+    assert.equal(1, #logged)
+    -- Redis back: the host lends again as the fleet sees retries saved
+    R.down = nil
+    saved(list[1])
+    T = T + 1
+    assert(list[1].fl:sync())
+    assert.is_true(list[1].g:grant() > 0)
+  end)
+
+  it("the grant expires by itself when the timer stops", function()
+    local list = budget_hosts(2)
+    for _, h in ipairs(list) do assert(h.fl:sync()) end
+    saved(list[1])
+    T = T + 1
+    assert(list[1].fl:sync())
+    assert.is_true(list[1].g:grant() > 0)
+    T = T + 3.01                                   -- 3 intervals
+    assert.equal(0, list[1].g:grant())
+  end)
+
+  it("foreign values: in Redis deleted and named, in the dict ignored",
+     function()
+    local list, R = budget_hosts(2)
+    for _, h in ipairs(list) do assert(h.fl:sync()) end
+    local b = math.floor(T * 1000 / 1000)
+    local k = "backoff:fleet:g:api:y:" .. b
+    R.data[k], R.pexp[k] = "lots", math.floor(T * 1000) + 3000
+    local logged = {}
+    local old = store.log
+    store.log = function(...) logged[#logged + 1] = table.concat({ ... }) end
+    assert(list[1].fl:sync())
+    list[1].dict:set("backoff:fleet|Gapi", "x")
+    local g = list[1].g:grant()
+    store.log = old
+    assert.is_nil(R.data[k])
+    assert.equal(0, g)
+    assert.is_truthy(table.concat(logged, "\n"):find(k, 1, true))
+    assert.is_nil(list[1].dict:get("backoff:fleet|Gapi"))
+    -- a plausible grant but far too large: refused as foreign too
+    list[1].dict:set("backoff:fleet|Gapi", 1e9)
+    assert.equal(0, list[1].g:grant())
+  end)
+
+  it("one budget per name is synced: the workers' objects share it",
+     function()
+    local R = new_fake(clock)
+    local d = store.dict(nil, clock)
+    local fl = fleet.new { shared = false, host = "h", clock = clock,
+                           client = R.client }
+    fl.dict = d
+    local a = fl:budget(backoff.budget.recommended { shared = d,
+      key = "api", clock = clock })
+    local b = fl:budget(backoff.budget.recommended { shared = d,
+      key = "api", clock = clock })
+    assert.equal(1, #fl.buds)
+    a:record(false, 1) a:record(true, 2)
+    b:record(false, 1) b:record(true, 2)
+    assert(fl:sync())
+    T = T + 1
+    assert(fl:sync())
+    assert.equal(2, fl:status().budgets.api.retries)
+    assert.equal(a:grant(), b:grant())
+    assert.is_true(a:grant() > 0)
   end)
 end)

@@ -1,7 +1,7 @@
 -- A fake Redis for the fleet specs (62) and bench/fleet_model.lua:
 -- runs backoff.fleet.script's real text (its redis.call of TIME, TYPE,
 -- PTTL, DEL, SADD, SREM, SCARD, PEXPIRE, GET, SET with PX and NX,
--- EXISTS) on tables, with keys
+-- EXISTS, INCRBY) on tables, with keys
 -- expiring by a virtual clock, and hands out clients as
 -- backoff.fleet's `client` option wants them.
 --   local fake = dofile("spec/fleet_fake_redis.lua")(now)  -- now(): s
@@ -64,6 +64,14 @@ return function(now)
     local v = live(k)
     assert(type(v) ~= "table", "WRONGTYPE")
     return v == nil and false or v
+  end
+  function C.INCRBY(k, n)
+    local v = live(k)
+    assert(type(v) ~= "table", "WRONGTYPE")
+    local x = assert(tonumber(v or 0), "ERR value is not an integer")
+    x = x + tonumber(n)
+    R.data[k] = tostring(x)
+    return x
   end
   function C.EXISTS(k) return live(k) ~= nil and 1 or 0 end
   function C.SET(k, v, ...)

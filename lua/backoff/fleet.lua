@@ -30,6 +30,7 @@ local view = require "backoff.fleet.view"
 local redis = require "backoff.fleet.redis"
 local script = require "backoff.fleet.script"
 local guard = require "backoff.fleet.guard"
+local grant = require "backoff.fleet.grant"
 
 local io, ipairs, pcall, rawget, setmetatable, tostring, type, unpack =
       io, ipairs, pcall, rawget, setmetatable, tostring, type,
@@ -116,9 +117,45 @@ function Fleet:breaker(br)
   return g
 end
 
+local BUDGET_RULES = {
+  key = check.string { pattern = "^[^%s]+$", text = "a string without "
+    .. "spaces (the budget's name in Redis' keys)" },
+  lend = check.number { min = 0, max = 2 ^ 20, default = 32 },
+  capacity = check.number { min = 0, max = 2 ^ 20, default = 8 },
+}
+local budget_options = check.options(WHO .. ":budget", BUDGET_RULES)
+
+--- fl:budget(bud [, opts]) -> bud with the fleet's grant on top (the
+-- object to pass as ropts.budget); opts: key (default: the budget's
+-- own key, when shared), lend (32), capacity (8 retries):
+-- backoff.fleet.grant says what they do
+function Fleet:budget(bud, opts)
+  if not (type(bud) == "table" or type(bud) == "userdata")
+     or type(bud.withdraw) ~= "function" then
+    check.raise(WHO .. ":budget: a budget expected (got "
+                .. util.repr(bud) .. ")")
+  end
+  local o = budget_options(opts)
+  local name = o.key or (type(bud.key) == "string" and bud.key) or nil
+  if not name or name:find("%s") then
+    check.raise(WHO .. ":budget: option 'key' must be given (a string "
+      .. "without spaces: the budget's name in Redis' keys) for a budget "
+      .. "without a shared key")
+  end
+  local g = grant.new(self, bud, name, o.lend, o.capacity)
+  -- one per name is synced: budgets of one name (one per worker, or a
+  -- worker's objects of one shared budget) share the host's grant
+  if not self.named[name] then
+    self.named[name] = g
+    self.buds[#self.buds + 1] = g
+  end
+  return g
+end
+
 -- the fleet's view, deleted: each host on its own state
 local function forget(self)
   for _, g in ipairs(self.list) do self.dict:delete(g.fk) end
+  for _, g in ipairs(self.buds) do g:forget() end
 end
 
 -- one warn per interval at most
@@ -163,8 +200,23 @@ local function states(self)
   return list
 end
 
+-- what this host tells of its budgets
+local function pushes(self)
+  local list = {}
+  for i, g in ipairs(self.buds) do
+    local x, y = g:counts()
+    list[i] = { name = g.name, retries = x, saved = y }
+  end
+  return list
+end
+
 -- the fleet's word written into the host's dict
 local function apply(self, rep, now)
+  for k, g in ipairs(self.buds) do
+    local b = rep.budgets[k]
+    g:lend(b)
+    g.last = b
+  end
   for i, g in ipairs(self.list) do
     local r = rep[i]
     g.last = r
@@ -177,11 +229,11 @@ local function apply(self, rep, now)
   end
 end
 
-local function talk(self, list)
+local function talk(self, list, buds)
   local c, err = self.client(self.redis, ngx_of())
   if not c then return nil, err end
   local r, e = c:eval(self.sha, script.TEXT,
-                      unpack(script.args(self, list)))
+                      unpack(script.args(self, list, buds)))
   if r == nil then
     c:close()
     return nil, e
@@ -194,11 +246,11 @@ end
 -- does each interval in the elected worker; never in a request)
 function Fleet:sync()
   local now = store.now(WHO, self.clock)
-  if #self.list == 0 then return true end
-  local list = states(self)
-  local r, err = talk(self, list)
+  if #self.list == 0 and #self.buds == 0 then return true end
+  local list, buds = states(self), pushes(self)
+  local r, err = talk(self, list, buds)
   local rep, foreign
-  if r ~= nil then rep, foreign = script.reply(r, #list) end
+  if r ~= nil then rep, foreign = script.reply(r, #list, #buds) end
   if not rep then
     err = err or foreign
     forget(self)
@@ -284,6 +336,12 @@ function Fleet:status()
                 syncs = self.syncs, failures = self.failures,
                 breakers = {} }
   for _, g in ipairs(self.list) do out.breakers[g.name] = g.last end
+  out.budgets = {}
+  for _, g in ipairs(self.buds) do
+    local b = g.last or {}
+    out.budgets[g.name] = { retries = b.retries, saved = b.saved,
+      hosts = b.hosts, grant = g:grant(), lent = g.lent }
+  end
   return out
 end
 
@@ -319,7 +377,7 @@ function M.new(opts)
     clock = o.clock or util.shared_clock(),
     client = o.client or redis.connect,
     sha = ngx and ngx.sha1_bin and script.sha1(ngx) or "0",
-    list = {}, syncs = 0, failures = 0 }, Fleet)
+    list = {}, buds = {}, named = {}, syncs = 0, failures = 0 }, Fleet)
   -- the guard's clock, read only when the fleet has a word
   self.now = function() return store.now(WHO, self.clock) end
   return self

@@ -3,8 +3,9 @@
 -- that saw no failure follows within one sync, one prober for the
 -- fleet, one host's broken path stays its own, and Redis paused
 -- (SIGSTOP), killed, restarted empty or poisoned never delays a request
--- nor raises a Lua error.  Everything runs under `timeout` and is
--- stopped by pid.  TAP.
+-- nor raises a Lua error; and a budget sees the fleet (fl:budget): a
+-- host that saw no retry succeed borrows from those that did.
+-- Everything runs under `timeout` and is stopped by pid.  TAP.
 --   lua5.4 spec/nginx/fleet_redis.lua ROOT
 local socket = require "socket"
 
@@ -162,12 +163,44 @@ end
 ------------------------------------------------------------------------
 -- the checks
 
+-- hosts 1-3 hear of retries that succeeded; host 4 hears of nothing,
+-- and within a few syncs its budget may retry on the fleet's grant
+local function budget_sees_fleet()
+  local function grant(i)
+    return tonumber(H.fields(H.get(hosts[i].port, "/budget", 5),
+                             " \n").grant) or -1
+  end
+  local function feed()
+    for i = 1, 3 do H.get(hosts[i].port, "/saved?n=3", 5) end
+  end
+  check(grant(4) == 0, "budgets: no grant before the fleet saw a retry "
+        .. "succeed", grant(4))
+  local took = within(4 * INTERVAL + 1, function() return grant(4) >= 1 end,
+                      feed)
+  check(took, "budgets: host 4, which heard of no retry, gets the "
+        .. "fleet's grant within a few syncs",
+        ("%.2f s, grant %s"):format(took or -1, grant(4)))
+  local sp = H.fields(H.get(hosts[4].port, "/spend", 5), " \n")
+  check(tonumber(sp.own) and tonumber(sp.lent) and tonumber(sp.lent) >= 1
+        and tonumber(sp.lent) <= 8,
+        "budgets: host 4 retries past its own budget on the grant (at "
+        .. "most its capacity, 8)", ("own %s lent %s"):format(sp.own,
+        sp.lent))
+  check(redis_cli("--scan --pattern 't:g:api:*'"):find("t:g:api:y:", 1,
+        true), "budgets: the fleet's counts are in Redis under "
+        .. "P g:api:x:<b> and P g:api:y:<b>")
+  local gone = within(4 * INTERVAL + 1, function() return grant(4) == 0 end)
+  check(gone, "budgets: no retry saved any more: the grant is gone "
+        .. "within a few syncs", ("%.2f s"):format(gone or -1))
+end
+
 local function checks()
   local synced = within(5, function()
     for i = 1, 4 do if state(i).hosts ~= "4" then return false end end
     return true
   end)
   check(synced, "the four hosts sync through Redis (each sees 4 hosts)")
+  budget_sees_fleet()
 
   -- one host's own broken path: it protects itself, no one else refuses
   H.get(hosts[1].port, "/path?broken=1", 5)

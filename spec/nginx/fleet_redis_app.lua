@@ -1,12 +1,13 @@
 -- The OpenResty side of spec/nginx/fleet_redis.lua: one host of the
 -- fleet.  Its own breaker (3 failures in a row open it for 1 s, no
--- jitter) guarded by backoff.fleet, synced through Redis every 0.5 s.
+-- jitter) guarded by backoff.fleet, synced through Redis every 0.5 s;
+-- and the recommended budget with the fleet's grant on top (fl:budget).
 local backoff = require "backoff"
 local fleet = require "backoff.fleet"
 local fredis = require "backoff.fleet.redis"
 
 local app = {}
-local fl, guarded
+local fl, guarded, bud
 
 local INTERVAL = 0.5
 
@@ -27,6 +28,8 @@ function app.init(host, redis_port, user, password)
   guarded = fl:breaker(backoff.breaker.new { shared = ngx.shared.breakers,
     key = "up", failures = 3,
     policy = backoff.constant { delay = 1, jitter = "none" } })
+  bud = fl:budget(backoff.budget.recommended {
+    shared = ngx.shared.breakers, key = "api" })
 end
 
 function app.init_worker() fl:start() end
@@ -57,6 +60,31 @@ function app.state()
   ngx.say("own=", own, " fleet=", info.fleet or "none", " hosts=",
           st.hosts or "none", " rpc=",
           ngx.shared.stats:get("request_phase_calls") or 0)
+end
+
+-- ?n=N: N requests that failed once and were saved by their retry, as
+-- the budget hears of them (no upstream: the fleet's counts only)
+function app.saved()
+  for _ = 1, tonumber(ngx.var.arg_n) or 1 do
+    bud:record(false, 1)
+    bud:withdraw(nil, 2)
+    bud:record(true, 2)
+  end
+  ngx.say("ok")
+end
+
+-- the fleet's grant on this host now, and what the budget heard
+function app.budget()
+  ngx.say("grant=", bud:grant(), " tokens=", bud:budget():tokens())
+end
+
+-- retries until the host's own budget refuses (own), then on the
+-- fleet's grant until it refuses too (lent)
+function app.spend()
+  local own, lent = 0, 0
+  while own < 100 and bud:budget():withdraw(nil, 3) do own = own + 1 end
+  while lent < 100 and bud:withdraw(nil, 3) do lent = lent + 1 end
+  ngx.say("own=", own, " lent=", lent)
 end
 
 -- ?broken=1: this host's own path to the upstream is broken

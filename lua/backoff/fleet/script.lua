@@ -2,7 +2,8 @@
 -- (internal), its arguments, and the check of its reply.
 --
 -- One EVALSHA per host and interval does everything atomically (a
--- script runs alone in Redis): the host says it is alive and, for each
+-- script runs alone in Redis): the host says it is alive, pushes its
+-- budgets' counts (fl:budget) and reads the fleet's; and, for each
 -- breaker, its own evidence: its own breaker open or half-open (a
 -- vote), closed but `suspect` failures in a row on the host (a suspect
 -- vote), or neither; and what the fleet's probe gave, when this host
@@ -27,10 +28,14 @@
 --   P b:B:p          string: the host that probes for the fleet
 --   P b:B:c          string: the ms at which the prober's probe closed
 --                    the fleet (no vote counts while it lives)
--- Every key expires: sets after 3 intervals, o after max_open, p after
--- `tenure`, c after cttl.  A key of another type, without an expiry or
--- with a longer one than ours is foreign: deleted, named in the reply,
--- and the host logs it.
+--   P g:G:x:<b>      string: the retries made, summed over the hosts'
+--                    pushes in bucket b, for budget G (fl:budget)
+--   P g:G:y:<b>      string: the same for the retries that succeeded
+-- Every key expires: sets and counts after 3 intervals, o after
+-- max_open, p after `tenure`, c after cttl.  A key of another type,
+-- without an expiry or with a longer one than ours, or a count that is
+-- not a whole number from 0 to 10^12, is foreign: deleted, named in the
+-- reply, and the host logs it.
 
 local floor, ipairs, type = math.floor, ipairs, type
 
@@ -74,8 +79,9 @@ fit(hk, 'set', ttl) fit(hp, 'set', ttl)
 put(hk, true)
 local hosts = math.max(redis.call('SCARD', hk), redis.call('SCARD', hp))
 local out = { hosts }
-local i = 11
-while ARGV[i] do
+local nb = tonumber(ARGV[11])
+local i = 12
+while i < 12 + 3 * nb do
   local name, st, res = ARGV[i], ARGV[i + 1], ARGV[i + 2]
   i = i + 3
   local pre = P .. 'b:' .. name .. ':'
@@ -117,6 +123,45 @@ while ARGV[i] do
   out[#out + 1] = sv
   out[#out + 1] = need
 end
+-- budgets: this host's counts since its last push (retries made,
+-- retries that succeeded) into bucket b; the fleet's counts of bucket
+-- b - 1 (complete: every host pushed once in it) or of bucket b so far,
+-- whichever has more retries (a rise is seen within the interval it
+-- began in), and the hosts
+local function plausible(k)
+  local v = redis.call('GET', k)
+  local x = v and tonumber(v)
+  if v and not (x and x >= 0 and x <= 1e12 and x == math.floor(x)) then
+    redis.call('DEL', k)
+    foreign[#foreign + 1] = k
+    return 0
+  end
+  return x or 0
+end
+local function push(k, n)
+  if n > 0 then
+    redis.call('INCRBY', k, n)
+    redis.call('PEXPIRE', k, ttl)
+  end
+end
+while ARGV[i] do
+  local name = ARGV[i]
+  local x, y = tonumber(ARGV[i + 1]) or 0, tonumber(ARGV[i + 2]) or 0
+  i = i + 3
+  local pre = P .. 'g:' .. name .. ':'
+  local xk, xp = pre .. 'x:' .. b, pre .. 'x:' .. (b - 1)
+  local yk, yp = pre .. 'y:' .. b, pre .. 'y:' .. (b - 1)
+  fit(xk, 'string', ttl) fit(xp, 'string', ttl)
+  fit(yk, 'string', ttl) fit(yp, 'string', ttl)
+  local x0, y0 = plausible(xp), plausible(yp)
+  local x1, y1 = plausible(xk) + x, plausible(yk) + y
+  push(xk, x) push(yk, y)
+  if x1 > x0 then x0, y0 = x1, y1 end
+  if y0 > x0 then y0 = x0 end
+  out[#out + 1] = x0
+  out[#out + 1] = y0
+  out[#out + 1] = hosts
+end
 for _, k in ipairs(foreign) do out[#out + 1] = k end
 return out
 ]]
@@ -133,15 +178,23 @@ end
 -- keys, then ARGV.  o: prefix, host, interval, tenure, share, min,
 -- sshare, mins, max_open, cttl (seconds); list: { name, state ("c",
 -- "o", "h", "s"), res ("0", "1": the fleet's probe succeeded, "2": it
--- failed) } per breaker
-function M.args(o, list)
+-- failed) } per breaker; buds: { name, retries, saved (counts >= 0:
+-- the retries this host made since its last push, and those that
+-- succeeded) } per budget
+function M.args(o, list, buds)
+  buds = buds or {}
   local a = { 0, o.prefix, o.host, floor(o.interval * 1000),
               floor(o.tenure * 1000), o.share, o.min, o.sshare, o.mins,
-              floor(o.max_open * 1000), floor(o.cttl * 1000) }
+              floor(o.max_open * 1000), floor(o.cttl * 1000), #list }
   for _, b in ipairs(list) do
     a[#a + 1] = b.name
     a[#a + 1] = b.state
     a[#a + 1] = b.res or "0"
+  end
+  for _, g in ipairs(buds) do
+    a[#a + 1] = g.name
+    a[#a + 1] = floor(g.retries or 0)
+    a[#a + 1] = floor(g.saved or 0)
   end
   return a
 end
@@ -150,11 +203,29 @@ local function int(v, lo, hi)
   return type(v) == "number" and v == floor(v) and v >= lo and v <= hi
 end
 
---- script.reply(r, n) -> { hosts, [i] = { open, probe, votes,
--- suspects, need } }, foreign (the keys the script deleted), or nil and
--- why: a reply of the shape the script gives, for n breakers
+-- the budgets' part of a reply, from r[j] on: { retries, saved,
+-- hosts } per budget (the fleet's counts, saved <= retries), or nil
+local function budgets(r, j, m)
+  local out = {}
+  for k = 1, m do
+    local x, y, h = r[j], r[j + 1], r[j + 2]
+    if not (int(x, 0, 1e12) and int(y, 0, x) and int(h, 1, 2 ^ 31)) then
+      return nil
+    end
+    out[k] = { retries = x, saved = y, hosts = h }
+    j = j + 3
+  end
+  return out
+end
+
+--- script.reply(r, n [, m]) -> { hosts, [i] = { open, probe, votes,
+-- suspects, need }, budgets = { [k] = { retries, saved, hosts } } },
+-- foreign
+-- (the keys the script deleted), or nil and why: a reply of the shape
+-- the script gives, for n breakers and m budgets
 local EACH = 5
-function M.reply(r, n)
+function M.reply(r, n, m)
+  m = m or 0
   if type(r) ~= "table" or not int(r[1], 1, 2 ^ 31) then
     return nil, "not the script's reply"
   end
@@ -170,8 +241,11 @@ function M.reply(r, n)
     out[i] = { open = open == 1, probe = probe == 1, votes = votes,
                suspects = sv, need = need }
   end
+  local j0 = 2 + n * EACH
+  out.budgets = budgets(r, j0, m)
+  if not out.budgets then return nil, "not the script's reply" end
   local foreign = {}
-  for j = 2 + n * EACH, #r do
+  for j = j0 + 3 * m, #r do
     foreign[#foreign + 1] = type(r[j]) == "string" and r[j] or "?"
   end
   return out, foreign
