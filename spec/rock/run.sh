@@ -86,10 +86,11 @@ else
   not_ok "no rockspec/backoff-$version-1.rockspec with source tag v$version (_VERSION: backoff $version)"
 fi
 
-# 3. the specs against the installed rock (5.1; the FFI spec under LuaJIT)
+# 3. the specs against the installed rock, under LuaJIT (the 5.1 ABI:
+# the rock's core.so, and its FFI entry points; the quickest of the
+# Luas, as busted runs the checkout on every version already)
 (cd "$run" && eval "$(luarocks --lua-version 5.1 path --tree "$tree")" &&
-  lua5.1 /usr/bin/busted -o TAP spec &&
-  luajit /usr/bin/busted -o TAP -p ffi_spec spec) || failed=1
+  luajit /usr/bin/busted -o TAP spec) || failed=1
 
 # 4. three more Lua versions into the same tree
 for v in 5.4 5.3 5.2; do
