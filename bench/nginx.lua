@@ -20,6 +20,7 @@ local ROUNDS = tonumber(arg[3]) or 3
 local PREFIX = ROOT .. "/build/bench-nginx"
 local WRK = os.getenv("WRK") or "wrk"
 local CONNECTIONS = 16
+local K = 50            -- calls a request in the amplified measure
 local read_file = H.read_file
 
 local function capture(cmd)
@@ -32,8 +33,9 @@ end
 -- returns the port and the pid of the only worker (it answers /pid)
 local function start_nginx()
   local port = H.free_port()
-  -- six handlers a round, each warmed up first: the runs, with room
-  local limit = math.ceil((DURATION * ROUNDS + 1) * 6 * 1.5 + 60)
+  -- six handlers a round, each warmed up first, then each amplified:
+  -- the runs, with room
+  local limit = math.ceil((2 * DURATION * ROUNDS + 1) * 6 * 1.5 + 60)
   local pid, err = H.start_nginx(PREFIX, ROOT .. "/bench/nginx.conf.in",
     { ROOT = ROOT, PORT = port }, limit, function()
       local body = H.get(port, "/pid", 5)
@@ -122,7 +124,34 @@ local function bench(port, worker)
       r[#r + 1] = this[path].rps / this["/pcall"].rps
     end
   end
+  -- the amplified measure: each handler's call made K times a request,
+  -- so that the library's own cost per call stands out of the request
+  -- around it (whose CPU moves by several percent from run to run);
+  -- the ratio a request would see is then 1 + (call - pcall's call) /
+  -- pcall's whole request, all measured in this worker
+  local per_call = {}
+  for round = 1, ROUNDS do
+    for i = 1, #HANDLERS do
+      local path = HANDLERS[(round + i - 2) % #HANDLERS + 1]
+      local n, _, cpu = run(port, worker, path .. "?k=" .. K, DURATION)
+      local t = per_call[path] or {}
+      per_call[path] = t
+      t[#t + 1] = cpu / n
+    end
+  end
   local p = pooled["/pcall"].cpu / pooled["/pcall"].n
+  local base = median(per_call["/pcall"])
+  print(("amplified: each call %d times a request, %d rounds; /pcall's "
+    .. "request %.2f us, its %d calls %.2f us"):format(K, ROUNDS, p * 1e6,
+    K, base * 1e6))
+  for _, path in ipairs(HANDLERS) do
+    if TARGETS[path] then
+      local extra = (median(per_call[path]) - base) / K
+      print(("amplified, %s / pcall: %.3f (the call costs %+.3f us more "
+        .. "than pcall's; target <= %.2f)"):format(path:sub(2),
+        1 + extra / p, extra * 1e6, TARGETS[path]))
+    end
+  end
   for _, path in ipairs(HANDLERS) do
     if TARGETS[path] then
       local r = pooled[path].cpu / pooled[path].n
