@@ -411,7 +411,7 @@ test: deps-test $(foreach v,$(LUA_VERSIONS),$(call MODULE,$(v)))
 # of `make test` (its TAP goes to the same place), not a target of its
 # own.
 test-lane-servers:
-	@$(SUITE) nginx-breaker-days timeout 240 lua5.4 \
+	@$(SUITE) nginx-breaker-days timeout 300 lua5.4 \
 	  spec/nginx/breaker_days.lua $(CURDIR)
 	@$(SUITE) nginx-fleet-redis timeout 240 lua5.4 spec/nginx/fleet_redis.lua \
 	  $(CURDIR)

@@ -9,9 +9,14 @@
 --   B. the upstream flapping (down 5 s, up 5 s) for 20 s, with the
 --      breaker and without it side by side: the success with it is not
 --      below the success without it (3 points of tolerance: 400
---      requests each).
--- Bounded: 40 requests/s for about 75 s, then 2 x 20/s for 20 s; nginx
--- runs under `timeout` and is stopped by its pid.  TAP.
+--      requests each);
+--   C. a second outage 3 s after a first (each 10 s dead), the budget
+--      alone: the upstream sees no more attempts in the second than in
+--      the first (the credit lent after a recovery must not pay for a
+--      storm at the next failure).
+-- Bounded: 40 requests/s for about 75 s, then 2 x 20/s for 20 s, then
+-- 40/s for 28 s; nginx runs under `timeout` and is stopped by its pid.
+-- TAP.
 --   lua5.4 spec/nginx/breaker_days.lua ROOT
 local ROOT = assert(arg[1], "usage: breaker_days.lua ROOT")
 local H = dofile(ROOT .. "/spec/nginx/harness.lua")
@@ -132,17 +137,45 @@ local function flapping_day()
       100 * sn, nn))
 end
 
+local function repeated_day()
+  local rate, pre, dead, gap = 40, 3, 10, 3
+  mode("ok")
+  local drive = H.start_get(port,
+    ("/drive?route=without&tag=C&secs=%d&rate=%d"):format(
+      pre + 2 * dead + gap + 2, rate), pre + 2 * dead + gap + 40)
+  socket.sleep(pre)
+  local d1 = mode("dead")
+  socket.sleep(dead)
+  local b1 = mode("ok")
+  socket.sleep(gap)
+  local d2 = mode("dead")
+  socket.sleep(dead)
+  local b2 = mode("ok")
+  local body = drive()
+  local log = upstream_log()
+  local first = count_between(log, d1, b1)
+  local second = count_between(log, d2, b2)
+  local issued = rate * dead
+  print(("# C: attempts reaching the dead upstream: first outage %d, "
+    .. "second %d (%d requests in each)"):format(first, second, issued))
+  check(body and body:find("t0=", 1, true) and first > 0
+    and second <= first + 0.02 * issued, "C: a second outage 3 s after "
+    .. "the first: no more attempts reach the upstream than in the first",
+    ("first %d, second %d attempts (%d requests in each)"):format(first,
+      second, issued))
+end
+
 local function main()
   port = H.free_port()
   local up = H.free_port()
   local ok, err = H.start_nginx(PREFIX,
     ROOT .. "/spec/nginx/breaker_days.conf.in",
-    { ROOT = ROOT, PORT = port, UP = up }, 200,
+    { ROOT = ROOT, PORT = port, UP = up }, 260,
     function() return get("/ping") and true end)
   if not check(ok, "nginx with 4 workers starts on 127.0.0.1", err) then
     return
   end
-  for _, day in ipairs { outage_day, flapping_day } do
+  for _, day in ipairs { outage_day, flapping_day, repeated_day } do
     local fine, e = pcall(day)
     check(fine, "the day ran without a Lua error", e)
   end
