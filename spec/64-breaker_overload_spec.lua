@@ -204,6 +204,25 @@ describe("the graded refusal", function()
     assert.equal(4, br:hold())
   end)
 
+  it("does not start within 2 x hold of an allow() while open",
+     function()
+    local w = world()
+    local br = graded(w, { failures = 1, hold = 4 })
+    br:record(false)
+    assert.is_false(br:allow())                    -- open, seen now
+    w.t = w.t + 1.5
+    local ok, ticket = br:allow()                  -- the probe
+    assert.is_true(ok)
+    br:record(true, ticket, 0.01)
+    assert.equal("closed", br:state())
+    -- the held runs' queue: slow, but within 8 s of the probe's allow()
+    assert.equal(0, calls(w, br, 60, true, 0.8, 0.1))
+    assert.equal(0, refusing(br))
+    w.t = w.t + 2.5
+    calls(w, br, 1, true, 0.8)                     -- 8.5 s after: starts
+    assert.is_true(refusing(br) > 0)
+  end)
+
   it("never refuses in mode observe", function()
     local w = world()
     local br = graded(w, { mode = "observe" })

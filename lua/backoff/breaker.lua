@@ -237,6 +237,7 @@ function Breaker:allow()
     return refused(self)
   end
   local now = self:_now()
+  self.g_open_at = now        -- the graded refusal's grace starts again
   if now < rec.until_ then return refused(self) end
   if stalled(self, rec, now) then      -- no word from its probes
     end_stalled(self, rec)

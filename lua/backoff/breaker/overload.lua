@@ -23,6 +23,9 @@
 --     latency's own rise and fall at once (the slope, which damps the
 --     swing a queue would otherwise make around T)
 --   * p back at 0: over, until the next slow success.
+--   * none starts within 2 x hold seconds of this worker's last
+--     allow() while open or half-open: the herd of held runs a closing releases
+--     queues for a few seconds, and all of it would succeed.
 --
 -- Measured in bench/outage.lua ("capacity down to 900/s"), the queue
 -- stays near T, the server busy, and no work is wasted.  An isolated
@@ -50,6 +53,11 @@ local GAIN = 500
 local SLOPE = 500
 -- what a slow success adds when it starts the refusal: 0.25%
 local FIRST = 25
+-- no start within twice the hold after this worker saw the breaker
+-- open: the runs the hold kept come back together when it closes, and
+-- the queue they make for a few seconds is no overload (refused, they
+-- were lost where all would succeed)
+local GRACE = 2
 -- at most 95% refused: one attempt in 20 still measures the upstream
 local MAX = 9500
 -- the key is forgotten a minute after it was made (0 again, as when
@@ -126,7 +134,10 @@ function O.record(br, ok, seconds)
     return move(br, step(br, seconds, br:_now()))
   end
   if ok and seconds >= br.ol then              -- the upstream queues
-    br.g_on, br.g_acc, br.g_last, br.g_t = true, 0, seconds, br:_now()
+    local now = br:_now()
+    local open_at = br.g_open_at
+    if open_at and now - open_at < br.hold_ * GRACE then return end
+    br.g_on, br.g_acc, br.g_last, br.g_t = true, 0, seconds, now
     move(br, FIRST)
   end
 end
