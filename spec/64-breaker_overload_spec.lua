@@ -142,6 +142,17 @@ describe("the graded refusal", function()
     assert.equal(95, calls(w, br, 100, false, 5, 0.1))
   end)
 
+  it("moves no further than 0 to the most on a call of hours", function()
+    local w = world()
+    local br = graded(w)
+    calls(w, br, 1, true, 0.8)
+    calls(w, br, 1, true, 7200)
+    assert.equal(0.95, refusing(br))      -- at most 100% in a step, and
+                                          -- brought back to 95%
+    calls(w, br, 1, true, 0.01)
+    assert.equal(0, refusing(br))
+  end)
+
   it("refuses exactly its share, by error diffusion", function()
     local w = world()
     local br = graded(w)

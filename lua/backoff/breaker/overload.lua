@@ -123,6 +123,8 @@ local function step(br, L, now)
   if dt > 1 then dt = 1 elseif dt < 0 then dt = 0 end
   local n = GAIN * e * dt + SLOPE * (L - br.g_last) / T
   br.g_last, br.g_t = L, now
+  -- (a call of hours moves it no further than from 0 to the most)
+  if n > UNIT then n = UNIT elseif n < -UNIT then n = -UNIT end
   return floor(n + 0.5)
 end
 
