@@ -83,6 +83,8 @@ T.TARGETS = {
   { id = "bflap", text = "flapping 5 s / 5 s: success, budget + breaker "
     .. "minus budget alone (points)", limit = ">= -2", worst = "min",
     fmt = "%.1f" },
+  { id = "bslow", text = "capacity down to 900/s: success, budget + "
+    .. "breaker (%)", limit = ">= 90", worst = "min", fmt = "%.1f" },
 }
 T.TARGET = {}
 for _, t in ipairs(T.TARGETS) do T.TARGET[t.id] = t end
@@ -230,6 +232,8 @@ local function breaker_days(out, results, kinds, by_id)
         end
       elseif r and kind.matrix and ev.share == 1 and ev.len == 60 then
         add("bcut", r.amplification, r.amplification <= 0.10)
+      elseif r and kind.slowcap then
+        add("bslow", 100 * r.success_in, r.success_in >= 0.90)
       end
       if r and b and kind.flap then
         add("bflap", 100 * (r.success_in - b.success_in),

@@ -24,6 +24,7 @@ local bmetrics = require "backoff.breaker.metrics"
 local store = require "backoff.breaker.store"
 local now_of = require("backoff.store").now
 local stats = require "backoff.breaker.stats"
+local overload = require "backoff.breaker.overload"
 local state = require "backoff.breaker.state"
 
 local error, getmetatable, ipairs, pcall, rawget, setmetatable,
@@ -80,6 +81,11 @@ local RULES = {
   hung_after = check.number { min = 0, max = MAX_PROBE, open_min = true,
     default = 1, text = "a number of seconds > 0 and <= 600 "
       .. "(milliseconds are not seconds)" },
+  -- the graded refusal (backoff.breaker.overload): off unless given
+  overload_latency = check.custom("a number of seconds > 0 and <= 600, "
+    .. "or false (no graded refusal)", function(v)
+      return v == false or check.finite(v) and v > 0 and v <= MAX_PROBE
+    end),
   -- a run the breaker refuses waits its policy's delays and asks again
   -- for up to `hold` seconds (lua/backoff/engine/hold.lua)
   hold = check.number { min = 0, max = 60, default = 0, text = "a number "
@@ -161,6 +167,7 @@ function Breaker:allows()
   if self.observe then return true end
   local kind, rec = read(self)
   if kind == CLOSED then return true end
+  self.g_shed = false
   if kind == FORCED then return rec == CLOSED end
   local now = self:_now()
   if now < rec.until_ or stalled(self, rec, now) then return false end
@@ -217,12 +224,20 @@ function Breaker:allow()
   -- closed: the epoch it saw (a number; nil: none written yet) is the
   -- ticket, so that record() counts there without reading the state
   -- again (one dict get less on the happy path)
-  if kind == CLOSED then return true, rec end
+  if kind == CLOSED then
+    if self.g_on and overload.refuse(self) then    -- graded: not held
+      self.g_shed = true
+      return refused(self)
+    end
+    return true, rec
+  end
+  self.g_shed = false
   if kind == FORCED then
     if rec == CLOSED then return true end
     return refused(self)
   end
   local now = self:_now()
+  self.g_open_at = now        -- the graded refusal's grace starts again
   if now < rec.until_ then return refused(self) end
   if stalled(self, rec, now) then      -- no word from its probes
     end_stalled(self, rec)
@@ -281,6 +296,7 @@ function Breaker:record(ok, ticket, seconds)
   record_args(ok, ticket, seconds)
   local slow = seconds ~= nil and self.slow_dur ~= nil
                and seconds >= self.slow_dur
+  if self.ol then overload.record(self, ok, seconds) end
   if type(ticket) == "number" then             -- the happy path: closed
     local why = stats.outcome(self, ticket, ok, slow)  -- at allow()
     if why then trip(self, ticket, why) end    -- (trip checks it still is)
@@ -325,7 +341,8 @@ function Breaker:state()
     return rec, { opening = 0, forced = rec, mode = self.mode }
   end
   if kind == CLOSED then
-    local info = { opening = 0, mode = self.mode }
+    local info = { opening = 0, mode = self.mode,
+                   refusing = self.ol and overload.share(self) or 0 }
     if self.len then
       info.calls, info.failures, info.slow = stats.window(self, rec, now)
     end
@@ -374,6 +391,7 @@ end
 -- the policy's delays and asks again; 0: the run ends at once)
 function Breaker:hold()
   if getmetatable(self) ~= Breaker then bad_self("hold", self) end
+  if self.g_shed then return 0 end   -- a graded refusal: not held
   return self.hold_
 end
 
@@ -423,6 +441,7 @@ local function new(opts)
     probes = o.probes, probe_timeout = o.probe_timeout,
     half_open_timeout = o.half_open_timeout or o.probe_timeout,
     hung_after = o.hung_after, mode = o.mode, hold_ = o.hold,
+    ol = o.overload_latency or nil, gk = key .. "|g", g_acc = 0,
     observe = o.mode == "observe",
     draws = draws_of(o),
     clock = clock_of(o), on_change = o.on_change, metrics = o.metrics,
@@ -441,18 +460,20 @@ end
 function M.new(opts) return new(opts) end
 
 --- breaker.recommended(opts) -> the recommended breaker: opts takes
--- shared, key, clock, on_change, metrics, mode, hold (default 4 s), and
+-- shared, key, clock, on_change, metrics, mode, hold (default 4 s),
+-- overload_latency (default 0.5 s; false: no graded refusal), and
 -- the open intervals' policy, seed and random (tune breaker.new instead)
 local REC_OPTS = { "shared", "key", "clock", "on_change", "metrics",
-                   "mode", "hold", "policy", "seed", "random" }
-local REC_HOLD = 4
+                   "mode", "hold", "policy", "seed", "random",
+                   "overload_latency" }
+local REC_HOLD, REC_OVERLOAD = 4, 0.5
 function M.recommended(opts)
   if opts ~= nil and type(opts) ~= "table" then
     raise(WHO .. ".recommended: options must be a table (got "
           .. type(opts) .. ")")
   end
   check.only(WHO .. ".recommended", opts, REC_OPTS, "backoff.breaker.new")
-  local o = { hold = REC_HOLD }
+  local o = { hold = REC_HOLD, overload_latency = REC_OVERLOAD }
   for k, v in pairs(opts or {}) do o[k] = v end
   return new(o)
 end
