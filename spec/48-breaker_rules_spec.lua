@@ -168,6 +168,47 @@ describe("a success and the ratios", function()
     end)
 end)
 
+describe("failures in a row and the window", function()
+  local function call(br, ok)
+    local allowed, ticket = br:allow()
+    assert.is_true(allowed)
+    br:record(ok, ticket, 0.01)
+  end
+
+  it("a success between failures resets the streak, in any bucket",
+     function()
+    local w = world()
+    -- 5 in a row open it; the window (10 buckets of 1 s) never does
+    local br = make(w, { failures = 5, failure_ratio = 1,
+      min_calls = 1000, window = 10, buckets = 10 })
+    for _ = 1, 3 do
+      for _ = 1, 4 do call(br, false) end   -- 4 failures in a bucket
+      w.t = w.t + 1                         -- the next bucket
+      call(br, true)                        -- its first call: a success
+      call(br, true)
+      for _ = 1, 4 do call(br, false) end   -- 4 more: not 8 in a row
+      call(br, true)
+      w.t = w.t + 1
+    end
+    assert.equal("closed", (br:state()))
+    for _ = 1, 5 do call(br, false) end
+    assert.equal("open", (br:state()))
+  end)
+
+  it("reads the streak once per bucket on the happy path", function()
+    local w = world()
+    local br = make(w, { failures = 5, failure_ratio = 0.5,
+      min_calls = 10, window = 10, buckets = 10 })
+    call(br, true)
+    local d = w.dict.ops
+    local gets, incrs = d.get, d.incr
+    for _ = 1, 100 do call(br, true) end    -- all in one bucket
+    -- allow: the state; record: the bucket's incr, and no streak read
+    assert.equal(100, d.get - gets)
+    assert.equal(100, d.incr - incrs)
+  end)
+end)
+
 describe("state()", function()
   it("lists calls, failures and slow of a fresh breaker, as integers",
     function()

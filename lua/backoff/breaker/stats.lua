@@ -34,10 +34,16 @@ T.FAIL = FAIL
 T.KEEP = 3600
 
 -- the consecutive-failure rule: "failures" when this failure makes the
--- streak reach br.failures
-local function consecutive(br, ok)
+-- streak reach br.failures.  bucket: what the window's incr returned for
+-- this outcome (nil without a window): a success that finds its bucket
+-- with no failure and another call before it needs no read, since every
+-- failure before the bucket came before that call, which was a success
+-- and reset the streak (or found it 0): the happy path reads the
+-- streak once per bucket, not once per call
+local function consecutive(br, ok, bucket)
   local dict, key = br.dict, br.fkey
   if ok then
+    if bucket ~= nil and bucket >= 2 and bucket < FAIL then return nil end
     local v = dict:get(key)
     if v ~= nil and v ~= 0 then dict:set(key, 0, T.KEEP) end
     return nil
@@ -141,8 +147,8 @@ local function bucket_keys(br, b)
   end
 end
 
--- the outcome counted in bucket b of the window; the ratio rule it
--- meets, if any.  A success is judged too, where the window can hold a
+-- the outcome counted in bucket b of the window: the ratio rule it
+-- meets, if any, and the bucket's value after it.  A success is judged too, where the window can hold a
 -- failure or a slow call: its bucket holds a failure, or this object
 -- counted one within the window (see ratios)
 local function windowed(br, b, ok, slow)
@@ -153,9 +159,9 @@ local function windowed(br, b, ok, slow)
   if not ok or slow or v ~= nil and v >= FAIL then br.seen = b end
   if br.seen and b - br.seen < br.buckets
      and (not ok or slow or br.armed or br.checked ~= b) then
-    return ratios(br, br.et, b)
+    return ratios(br, br.et, b), v
   end
-  return nil
+  return nil, v
 end
 
 --- stats.outcome(br, epoch, ok, slow, now) -> the rule that trips the
@@ -163,13 +169,13 @@ end
 -- the time (nil: read from br when the window needs it).
 function T.outcome(br, epoch, ok, slow, now)
   epoch_keys(br, epoch)
-  local why
-  if br.failures then why = consecutive(br, ok) end
+  local w, v
   if br.len then
-    local w = windowed(br, floor((now or br:_now()) / br.len), ok, slow)
-    why = why or w
+    w, v = windowed(br, floor((now or br:_now()) / br.len), ok, slow)
   end
-  return why
+  local why
+  if br.failures then why = consecutive(br, ok, v) end
+  return why or w
 end
 
 --- stats.window(br, epoch, now) -> calls, failures, slow calls in the
