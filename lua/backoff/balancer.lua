@@ -51,7 +51,6 @@
 --     out) as neither success nor failure: nothing recorded.
 
 local engine = require "backoff.engine"
-local nowait = require "backoff.engine.nowait"
 local setup = require "backoff.setup"
 local check = require "backoff.check"
 local util = require "backoff.util"
@@ -61,7 +60,10 @@ local error, max, min, rawget, setmetatable, tostring, type =
       error, math.max, math.min, rawget, setmetatable, tostring, type
 
 local WHO = "backoff.balancer"
-local DOOR = { who = WHO, waits = false, left_timeout = true }
+-- nginx counts in milliseconds: no try starts with less than 1 ms left
+-- (min_attempt_time's floor), none has a timeout under 1 ms
+local DOOR = { who = WHO, waits = false, left_timeout = true,
+               min_attempt = 0.001, min_timeout = 0.001 }
 local DEFAULT_KEY = "backoff:balancer"
 local nb          -- ngx.balancer, loaded on first use
 
@@ -112,13 +114,19 @@ local function set_timeouts(timeout, factors)
   if not ok then error("backoff.balancer: set_timeouts: " .. tostring(err)) end
 end
 
+-- A request's try, kept in ngx.ctx: { run = its run (the engine's),
+-- granted = one more try was granted, capped = nginx reported its cap,
+-- stop = why no further try was granted, reason = why a try was
+-- refused, recorded = the last outcome was told, done = balancer.done
+-- ran }
+
 -- Grant one more try after this one when the engine says it may be
--- made; else note in st.stop why not.
-local function grant(st)
-  if st.capped then return end
-  local ok, why = nowait.reserve(st, st.timeout)
+-- made; else note in r.stop why not.
+local function grant(r)
+  if r.capped then return end
+  local ok, why = r.run:reserve()
   if not ok then
-    st.stop = why
+    r.stop = why
     return
   end
   local done, warn = nb.set_more_tries(1)
@@ -126,10 +134,10 @@ local function grant(st)
     error("backoff.balancer: set_more_tries: " .. tostring(warn))
   end
   if warn then                      -- "reduced tries due to limit"
-    st.capped, st.stop = true, "next_upstream_tries"
+    r.capped, r.stop = true, "next_upstream_tries"
     return
   end
-  st.granted, st.stop = true, nil
+  r.granted, r.stop = true, nil
 end
 
 -- ngx_int_t NGX_BUSY: from the balancer phase, nginx's "no live
@@ -144,18 +152,22 @@ local function refuse(ngx, reason)
   return nil, reason
 end
 
--- the first try of a request: its state, kept in ngx.ctx
-local function first_try(policy, f, opts, ctx, key)
-  local st, reason = engine.begin(DOOR, policy, f, policy:clone(), opts)
-  if not st then return nil, reason end
-  engine.state(st)
-  st.min_attempt = max(rawget(opts, "min_attempt_time")
-                       or st.min_attempt, 0.001)
-  ctx[key] = st
-  return st
-end
-
 local none = {}   -- no options
+
+-- a later try: the engine's word on it (nil, reason: refused)
+local function next_try(ngx, r)
+  if r.reason then return refuse(ngx, r.reason) end
+  local granted = r.granted
+  r.granted = false
+  local _, reason = r.run:retry_now(granted)
+  if reason then
+    -- this try is not made: the last one's failure was recorded (done
+    -- must not again)
+    r.reason, r.stop, r.recorded = reason, reason, true
+    return refuse(ngx, reason)
+  end
+  return r.run.b:delay()
+end
 
 local function balancer(policy, opts)
   local f = policy_facts(policy)
@@ -163,30 +175,22 @@ local function balancer(policy, opts)
   local ngx = phase.need(WHO, "balancer", "balancer_by_lua*")
   nb = nb or require "ngx.balancer"
   local ctx, key = ngx.ctx, rawget(opts, "key") or DEFAULT_KEY
-  local st = ctx[key]
+  local r = ctx[key]
   local delay = 0
-  if st == nil then
-    local reason
-    st, reason = first_try(policy, f, opts, ctx, key)
-    if not st then return nil, reason end
+  if r == nil then
+    local run, reason = engine.run(DOOR, policy, f, policy:clone(), opts)
+    if not run then return nil, reason end
+    r = { run = run }
+    ctx[key] = r
   else
-    if st.reason then return refuse(ngx, st.reason) end
-    local granted = st.granted
-    st.granted = false
-    local timeout, reason = nowait.retry_now(st, granted)
-    if reason then
-      -- this try is not made: the last one's failure was recorded (done
-      -- must not again)
-      st.reason, st.stop, st.recorded = reason, reason, true
-      return refuse(ngx, reason)
-    end
-    delay = st.b:delay()
-    st.timeout = timeout
+    local reason
+    delay, reason = next_try(ngx, r)
+    if delay == nil then return nil, reason end
   end
-  if st.timeout ~= nil and st.timeout < 0.001 then st.timeout = 0.001 end
-  set_timeouts(st.timeout, rawget(opts, "timeouts"))
-  grant(st)
-  return true, st.attempt, st.timeout, delay
+  local run = r.run
+  set_timeouts(run.timeout, rawget(opts, "timeouts"))
+  grant(r)
+  return true, run.attempt, run.timeout, delay
 end
 
 local M = {}
@@ -208,11 +212,11 @@ end
 -- the client went before a verdict on the upstream: neither success
 -- nor failure (nothing recorded, the breaker's ticket given back), the
 -- attempts counted
-local function aborted_request(st, m)
-  engine.release(st)
+local function aborted_request(run, m)
+  run:release()
   if m then
-    m:add("attempts", st.attempt)
-    m:add("retries", st.attempt - 1)
+    m:add("attempts", run.attempt)
+    m:add("retries", run.attempt - 1)
   end
 end
 
@@ -228,25 +232,26 @@ function M.done(opts, ok)
   end
   opts = opts or none
   local ngx = phase.need("backoff.balancer.done", "log", "log_by_lua*")
-  local st = ngx.ctx[rawget(opts, "key") or DEFAULT_KEY]
-  if st == nil or st.done then return end
-  st.done = true
-  if st.reason and ngx.status == 500 then warn_500(ngx) end
+  local r = ngx.ctx[rawget(opts, "key") or DEFAULT_KEY]
+  if r == nil or r.done then return end
+  r.done = true
+  if r.reason and ngx.status == 500 then warn_500(ngx) end
   local aborted = false
   if ok == nil then
     local status = ngx.status
     aborted = aborts[status] or false
     ok = status < 500
   end
-  if aborted then return aborted_request(st, rawget(opts, "metrics")) end
-  if not st.recorded then engine.record(st, ok) end
+  local run = r.run
+  if aborted then return aborted_request(run, rawget(opts, "metrics")) end
+  if not r.recorded then run:record(ok) end
+  -- r.stop: why no further try was granted; none: nginx did not retry
+  -- (a failure not in proxy_next_upstream, a non-idempotent request,
+  -- proxy_next_upstream_timeout)
   if ok then
-    engine.ended_well(opts, st.attempt, 0)
+    run:finish(true, nil, nil, nil, 0)
   else
-    -- st.stop: why no further try was granted; none: nginx did not
-    -- retry (a failure not in proxy_next_upstream, a non-idempotent
-    -- request, proxy_next_upstream_timeout)
-    engine.ended_badly(opts, nil, st.stop or "next_upstream", st.attempt, 0)
+    run:finish(false, nil, r.stop or "next_upstream", nil, 0)
   end
 end
 
