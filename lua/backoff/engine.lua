@@ -204,14 +204,16 @@ local function needs_start(f, ropts)
   return f.duration or ropts ~= nil and (ropts.on_success or ropts.breaker)
 end
 
---- E.run(door, policy, f, b, ropts) -> run | nil, reason: a run
+--- E.run(door, policy, f, b, ropts, idem) -> run | nil, reason: a run
 -- starts; nil when it ends before its first attempt (a breaker that is
 -- open, a deadline that has passed: counted and told to on_giveup).
+-- idem: false for a request that is not idempotent (RFC 9110: retried
+-- only after a failure that certainly did not reach the server).
 -- Reads no clock unless the run needs one.  A door that cannot wait
 -- gets it ready for its retries at once.
-function E.run(door, policy, f, b, ropts)
+function E.run(door, policy, f, b, ropts, idem)
   local run = setmetatable({ door = door, policy = policy, f = f, b = b,
-                             ropts = ropts, attempt = 1 }, Run)
+    ropts = ropts, attempt = 1, unsafe = idem == false }, Run)
   if needs_start(f, ropts) then
     local t0, timeout, obj, now, ticket = E.start(door, policy, f, b, ropts)
     if not t0 then return nil, timeout end
@@ -236,6 +238,17 @@ function Run:left(now)
   local deadline = self.deadline
   if not deadline then return nil end
   return deadline - (now or core_now(self.b))
+end
+
+--- run:spent() -> the policy's max_attempts are all made
+function Run:spent()
+  return self.attempt >= self.max_attempts
+end
+
+--- run:overdue() -> the deadline has passed
+function Run:overdue()
+  local left = self:left()
+  return left ~= nil and left <= 0
 end
 
 --- run:too_late(left) -> an attempt must not start with this time left
@@ -324,15 +337,23 @@ local function decide(run, err, res, hint, now, delay, t)
   return delay, t
 end
 
---- run:failed(err, res, hint, stop) -> delay, t | nil, reason.  The
+--- run:resend(sent) -> nil | "not_idempotent": may a request be sent
+-- again after a failure that may have reached the server (sent)?
+function Run:resend(sent)
+  if sent and self.unsafe then return "not_idempotent" end
+  return nil
+end
+
+--- run:failed(err, res, hint, sent) -> delay, t | nil, reason.  The
 -- current attempt failed with err (res: the door's response; hint: the
--- door's hint; stop: the door's own reason not to retry).  Records the
+-- door's hint; sent: it may have reached the server).  Records the
 -- failure, decides, pays; delay is the wait before the next attempt, t
 -- the policy's timeout for it.
-function Run:failed(err, res, hint, stop)
+function Run:failed(err, res, hint, sent)
   if not self.ready then prepare(self) end
-  if stop then                          -- the door's rule: an upstream
-    self:record(false)                  -- failure, not retried
+  local stop = self:resend(sent)
+  if stop then                          -- an upstream failure, not
+    self:record(false)                  -- retried
     return nil, stop
   end
   local yes, why = rules.verdict(self, err, res)
@@ -437,13 +458,13 @@ function Run:release()
   if br and ticket ~= nil then br:release(ticket) end
 end
 
---- run:retry(err, res, hint, stop) -> attempt, timeout | nil, reason:
+--- run:retry(err, res, hint, sent) -> attempt, timeout | nil, reason:
 -- the current attempt failed (res: the door's response; hint: the
--- door's hint; stop: the door's reason not to retry): decided, waited
+-- door's hint; sent: it may have reached the server): decided, waited
 -- (run.sleep), and the next attempt started; or the run ends, told
 -- (on_giveup with err and res)
-function Run:retry(err, res, hint, stop)
-  local delay, t = self:failed(err, res, hint, stop)
+function Run:retry(err, res, hint, sent)
+  local delay, t = self:failed(err, res, hint, sent)
   if delay ~= nil then
     self.sleep(delay)
     delay, t = self:next(t)

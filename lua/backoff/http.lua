@@ -90,18 +90,16 @@ local function timeouts_of(run, timeout)
   return make_timeouts(timeout, run.ropts.timeouts)
 end
 
--- the results of a try (the request's settings: idem, statuses):
--- passed on, or the next try
-local function after(run, idem, statuses, do_request, r1, ...)
+-- the results of a try: passed on, or the next try
+local function after(run, statuses, do_request, r1, ...)
   local kind, err, res, hint, sent = rules.judge(statuses, r1, ...)
   if kind == "ok" then
     run:succeeded(r1)
     return r1, ...
   elseif kind == "fail" then
-    local stop = sent and not idem and "not_idempotent" or nil
-    local attempt, timeout = run:retry(err, res, hint, stop)
+    local attempt, timeout = run:retry(err, res, hint, sent)
     if attempt == nil then return nil, err, timeout, res end
-    return after(run, idem, statuses, do_request, setup.call(run,
+    return after(run, statuses, do_request, setup.call(run,
                  do_request, attempt, timeouts_of(run, timeout)))
   elseif kind == "bad" then
     error(WHO .. ": " .. err, 0)
@@ -123,9 +121,9 @@ function M.request(policy, do_request, opts)
   opts = check_opts(opts) or {}
   local idem, statuses = rules.settings(WHO, opts)
   setup.need_stop(WHO, f, opts)
-  local run, reason = engine.run(DOOR, policy, f, b, opts)
+  local run, reason = engine.run(DOOR, policy, f, b, opts, idem)
   if not run then return nil, nil, reason end
-  return after(run, idem, statuses, do_request,
+  return after(run, statuses, do_request,
                setup.call(run, do_request, 1, timeouts_of(run, run.timeout)))
 end
 

@@ -15,13 +15,15 @@
 --       policy counts it, the deadline, the breaker, the budget pays it
 --       as a retry).  A refusal ends hedging for the request.
 --   g:won(attempt, seconds, kind)   the copy whose answer is returned
---   g:failed(attempt, seconds)      a copy that failed (retryable)
+--   g:failed(attempt, seconds, sent) -> reason | nil  a copy that
+--                                   failed (retryable); sent: it may
+--                                   have reached the server
 --   g:cancelled(attempt)            a copy cancelled: its breaker
 --                                   ticket given back, nothing paid back
 --   g:hint_stop(hint) -> reason | nil   may the request wait this hint?
 --   g:finish(ok, reason, hints, err, res1) the request ended: metrics and
 --                                   the hooks (on_success, on_giveup)
---   g:now(), g:attempts(), g.deadline
+--   g:now(), g:attempts(), g.run (its spent(), left(), overdue())
 
 local engine = require "backoff.engine"
 local util = require "backoff.util"
@@ -56,12 +58,12 @@ end
 -- counted and told to on_giveup there)
 local function first(self)
   local run, reason = engine.run(DOOR, self.policy, self.f, self.b,
-                                 self.ropts)
+                                 self.ropts, self.o.idem)
   if not run then
     self.finished = true
     return false, reason
   end
-  self.run, self.deadline = run, run.deadline
+  self.run = run
   return true, run.timeout
 end
 
@@ -90,8 +92,10 @@ function Gate:won(attempt, seconds, kind)
   if kind == "hedge" then count(self, "hedges_won") end
 end
 
-function Gate:failed(attempt, seconds)
+-- -> nil | "not_idempotent": sent, it may not be sent again
+function Gate:failed(attempt, seconds, sent)
   self.run:tell_copy(attempt, false, seconds)
+  return self.run:resend(sent)
 end
 
 function Gate:cancelled(attempt)
