@@ -114,14 +114,11 @@ local function set_timeouts(timeout, factors)
   if not ok then error("backoff.balancer: set_timeouts: " .. tostring(err)) end
 end
 
--- A request's try, kept in ngx.ctx: { run = its run (the engine's),
--- granted = one more try was granted, capped = nginx reported its cap,
--- stop = why no further try was granted, reason = why a try was
--- refused, recorded = the last outcome was told, done = balancer.done
--- ran }
-
--- Grant one more try after this one when the engine says it may be
--- made; else note in r.stop why not.
+-- A request, in ngx.ctx: { run (the engine's), granted, capped (nginx
+-- said its cap), stop (why no try was granted), reason (why one was
+-- refused), recorded (the last outcome told), done }.  Grant one more
+-- try after this one when the run says it may be made; else note why
+-- not in r.stop.
 local function grant(r)
   if r.capped then return end
   local ok, why = r.run:reserve()

@@ -10,18 +10,12 @@
 -- door uses it.
 --
 -- A run is an object (E.run, E.resume) whose fields only the engine
--- writes; a door reads them (attempt, timeout, ticket, ropts, deadline)
--- and calls its methods.  A door describes itself once, in a constant
--- table: who (its name for messages); waits (false: it cannot sleep,
--- the balancer, the hedge); left_timeout (a deadline without per-try
--- timeouts gives the time left as the timeout); max_hint (the default
--- bound on a server's hint); min_attempt and min_timeout (floors on
--- min_attempt_time and on a try's timeout, in seconds); copies (its
--- attempts run side by side, each with a record of its own).  The
+-- writes: a door reads them and calls its methods, and describes itself
+-- in a constant table (DOOR: CONTRIBUTING.md lists its fields).  The
 -- happy path of backoff.retry builds nothing: E.start and
--- E.first_success take what they need as arguments, and E.resume
--- builds the run once its first attempt failed.  The policy is never
--- changed: it is a template, cloned for the run.
+-- E.first_success take what they need as arguments, E.resume builds
+-- the run once its first attempt failed.  The policy is never changed:
+-- it is a template, cloned for the run.
 --
 -- Hooks have one shape: hook(err, <its own values>, attempt), and a door
 -- with a response to show (backoff.http) passes it as one more argument.
@@ -40,28 +34,22 @@ local rules = require "backoff.engine.rules"
 local pairs, setmetatable = pairs, setmetatable
 local core_now, core_failure, first_timeout =
       util.now, util.failure, util.first_timeout
-local elapsed_since, ended_well, ended_badly, tell_budget =
+local elapsed_since, ended_well, ended_badly, tell_budget, give_back =
       rules.elapsed_since, rules.ended_well, rules.ended_badly,
-      rules.tell_budget
+      rules.tell_budget, rules.give_back
 
 local E = {}
 
--- a run's fields (only the engine writes them):
---   door, policy, f (the template and its facts), b (the run's own
---     object: a clone, or the object a policy table was built into),
---     ropts; attempt: the attempt being made; timeout: the one it has;
---   t0: the run's start; ts: the current attempt's start (for the
---     breaker's slow calls); ticket: the breaker's, for this attempt
--- and once its first attempt failed (prepare; ready = true):
---   deadline (or nil), min_attempt: no attempt starts with less left;
---   max_attempts; bud, cost: the budget (or nil) and its cost (nil:
---     withdraw's own); paid, owed: what the current attempt's retry
---     withdrew, and whether it is there to give back; throttle, tcost:
---     the budget's costs after a hint, after a timeout; br: the
---     breaker; max_hint: the bound on a hint; hints: retries that
---     waited for a server's hint; sleep, no_sleep: the wait, or the
---     phase where none is possible; recs: a door with copies, each
---     copy's record { n, paid, ticket, ts }
+-- a run's fields: door, policy, f (its facts), b (the run's object: a
+-- clone, or the one a policy table was built into), ropts, unsafe (not
+-- idempotent); attempt, timeout, ticket (the breaker's), ts: the
+-- current attempt's; t0: the run's start.  Once an attempt failed
+-- (prepare, ready): deadline, min_attempt (no attempt starts with less
+-- left), max_attempts, bud and cost, paid and owed (the current
+-- retry's withdrawal, to give back), throttle and tcost (the costs
+-- after a hint, a timeout), br, max_hint, hints (retries that waited
+-- for a hint), sleep or no_sleep; recs: each copy's { n, paid, ticket,
+-- ts }
 local Run = {}
 Run.__index = Run
 
@@ -131,7 +119,7 @@ function E.start(door, policy, f, b, ropts)
   end
   local t0, timeout, obj, now = clock_start(f, policy, b, door.left_timeout)
   if not t0 then
-    if ticket ~= nil then br:release(ticket) end
+    give_back(br, ticket)
     return no_attempt(ropts, "max_actual_duration")
   end
   return t0, timeout, obj, now, ticket
@@ -217,10 +205,8 @@ function E.run(door, policy, f, b, ropts, idem)
   if needs_start(f, ropts) then
     local t0, timeout, obj, now, ticket = E.start(door, policy, f, b, ropts)
     if not t0 then return nil, timeout end
-    local floor = door.min_timeout
-    if timeout and floor and timeout < floor then timeout = floor end
-    run.t0, run.timeout, run.b, run.ts, run.ticket =
-      t0, timeout, obj, now, ticket
+    run.t0, run.b, run.ts, run.ticket = t0, obj, now, ticket
+    run.timeout = run:try_timeout(timeout)    -- (the door's floor)
   end
   if not door.waits then prepare(run) end
   if door.copies then         -- the first copy's record
@@ -453,9 +439,8 @@ end
 
 --- run:release(): the current attempt's breaker ticket, unused
 function Run:release()
-  local br, ticket = self.br, self.ticket
+  give_back(self.br, self.ticket)
   self.ticket = nil
-  if br and ticket ~= nil then br:release(ticket) end
 end
 
 --- run:retry(err, res, hint, sent) -> attempt, timeout | nil, reason:

@@ -26,7 +26,7 @@ local function admit(run, n, cost)
   end
   local bud = run.bud
   if bud and not bud:withdraw(cost, n) then
-    if br and ticket ~= nil then br:release(ticket) end
+    rules.give_back(br, ticket)
     return nil, "budget"
   end
   return true, ticket
@@ -130,9 +130,8 @@ end
 -- budget is told nothing (what it paid stays paid: it was sent)
 function X:forget(n)
   local rec = self.recs[n]
-  local br, ticket = self.br, rec.ticket
+  rules.give_back(self.br, rec.ticket)
   rec.ticket = nil
-  if br and ticket ~= nil then br:release(ticket) end
 end
 
 return X

@@ -36,6 +36,11 @@ function R.ended_badly(ropts, err, reason, attempts, hints, res)
   if f then f(err, reason, attempts, res) end
 end
 
+-- a breaker's ticket, unused, given back (none: nothing to do)
+function R.give_back(br, ticket)
+  if br and ticket ~= nil then br:release(ticket) end
+end
+
 -- the budget learns an attempt's outcome: record (every attempt), or
 -- the legacy deposit on success (what the retry paid, or the budget's
 -- own refund after a first attempt)
