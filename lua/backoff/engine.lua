@@ -98,8 +98,11 @@ local function admit_first(door, ropts, br, policy, b)
   local ok, ticket = br:allow()
   if ok then return true, ticket, b end
   if not (door.waits and hold.limit(br)) then return nil end
+  local sleep, no_sleep = ropts.sleep, nil
+  if not sleep then sleep, no_sleep = phase.default_sleep() end
+  if no_sleep then return nil end
   if not b then b = policy:clone(core_now(policy)) end
-  ok, ticket = hold.wait(door, ropts, br, b, core_now(b) - b:elapsed())
+  ok, ticket = hold.wait(br, b, core_now(b) - b:elapsed(), sleep)
   if not ok then return nil end
   return true, ticket, b
 end
@@ -377,7 +380,8 @@ function Run:next(t)
   if br then
     local ok, ticket = br:allow()
     if not ok then                      -- held, paid, while it holds
-      ok, ticket = hold.wait(self.door, self.ropts, br, self.b, self.t0)
+      ok, ticket = hold.wait(br, self.b, self.t0,
+                             not self.no_sleep and self.sleep)
       if not ok then
         refund(self)
         return nil, "circuit_open"
