@@ -190,11 +190,6 @@ function E.resume(door, policy, f, b, ropts, t0, timeout, ts, ticket)
     timeout = timeout, ticket = ticket }, Run))
 end
 
--- does the first attempt need the clock (or the breaker)?
-local function needs_start(f, ropts)
-  return f.duration or ropts ~= nil and (ropts.on_success or ropts.breaker)
-end
-
 --- E.run(door, policy, f, b, ropts, idem) -> run | nil, reason: a run
 -- starts; nil when it ends before its first attempt (a breaker that is
 -- open, a deadline that has passed: counted and told to on_giveup).
@@ -205,7 +200,8 @@ end
 function E.run(door, policy, f, b, ropts, idem)
   local run = setmetatable({ door = door, policy = policy, f = f, b = b,
     ropts = ropts, attempt = 1, unsafe = idem == false }, Run)
-  if needs_start(f, ropts) then
+  -- (does the first attempt need the clock, or the breaker?)
+  if f.duration or ropts ~= nil and (ropts.on_success or ropts.breaker) then
     local t0, timeout, obj, now, ticket = E.start(door, policy, f, b, ropts)
     if not t0 then return nil, timeout end
     run.t0, run.b, run.ts, run.ticket = t0, obj, now, ticket

@@ -52,26 +52,22 @@ function R.tell_budget(bud, ok, attempt, paid, cost)
   end
 end
 
--- retry_on's second result, when it said no: the reason to give up with
-local function stop_reason(who, why)
-  if why == nil or why == false then return "retry_on" end
-  if type(why) ~= "string" or #why > 64 or not why:match("^[%a_][%w_]*$")
-  then
-    error(who .. ": ropts.retry_on's second result must be nil or a reason "
-          .. "(a name of letters, digits and _, at most 64 bytes; got "
-          .. repr(why) .. ")", 0)
-  end
-  return why
-end
-
--- the user's verdict on a failure: true, or false, reason
+-- the user's verdict on a failure: true, or false and the reason to
+-- give up with (retry_on's second result, checked)
 function R.verdict(run, err, res)
   local ropts = run.ropts
   local retry_on = ropts and ropts.retry_on
   if not retry_on then return true end
   local yes, why = retry_on(err, run.attempt, res)
   if yes then return true end
-  return false, stop_reason(run.door.who, why)
+  if why == nil or why == false then return false, "retry_on" end
+  if type(why) ~= "string" or #why > 64 or not why:match("^[%a_][%w_]*$")
+  then
+    error(run.door.who .. ": ropts.retry_on's second result must be nil "
+          .. "or a reason (a name of letters, digits and _, at most 64 "
+          .. "bytes; got " .. repr(why) .. ")", 0)
+  end
+  return false, why
 end
 
 -- the server's hint for this failure: the door's (read from the

@@ -98,14 +98,14 @@ function Gate:failed(attempt, seconds, sent)
   return self.run:resend(sent)
 end
 
-function Gate:cancelled(attempt)
-  self.run:forget(attempt)
-  count(self, "hedges_cancelled")
-end
-
 -- a copy whose do_request raised: its ticket back, nothing counted
 function Gate:forget(attempt)
   self.run:forget(attempt)
+end
+
+function Gate:cancelled(attempt)
+  self:forget(attempt)
+  count(self, "hedges_cancelled")
 end
 
 function Gate:hint_stop(hint)
