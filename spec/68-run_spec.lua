@@ -165,6 +165,26 @@ describe("a run, for a door that does not wait", function()
                 bud.log)
   end)
 
+  it("grants, refuses and settles the balancer's tries", function()
+    local DOOR = { who = "door.test", waits = false }
+    local bud, br = fake_budget(1), fake_breaker()
+    local gave
+    local run = engine.run(DOOR, p, f, nil, { budget = bud, breaker = br,
+      on_giveup = function(_, reason, n) gave = { reason, n } end })
+    assert.is_true(run:reserve())
+    assert.is_truthy(run:retry_now())         -- granted, paid: try 2
+    assert.equal(2, run.attempt)
+    run:capped()                              -- nginx's cap
+    assert.same({ nil, "next_upstream_tries" }, { run:reserve() })
+    assert.same({ nil, "budget" }, { run:retry_now() })   -- none left
+    assert.same({ nil, "budget" }, { run:retry_now() })   -- at once
+    run:settle(false, "next_upstream")
+    run:settle(false, "next_upstream")        -- once
+    assert.same({ "budget", 2 }, gave)
+    assert.same({ { "record", false, 1 }, { "record", false, 2 },
+                  { "release", 3 } }, br.log)     -- admitted, unpaid
+  end)
+
   it("says when the deadline has passed", function()
     local run = engine.run({ who = "door.test", waits = false }, p, f)
     assert.is_false(run:overdue())

@@ -114,27 +114,15 @@ local function set_timeouts(timeout, factors)
   if not ok then error("backoff.balancer: set_timeouts: " .. tostring(err)) end
 end
 
--- A request, in ngx.ctx: { run (the engine's), granted, capped (nginx
--- said its cap), stop (why no try was granted), reason (why one was
--- refused), recorded (the last outcome told), done }.  Grant one more
--- try after this one when the run says it may be made; else note why
--- not in r.stop.
-local function grant(r)
-  if r.capped then return end
-  local ok, why = r.run:reserve()
-  if not ok then
-    r.stop = why
-    return
-  end
+-- Grant one more try after this one when the run says it may be made
+-- (run:reserve; else the run notes why not) and nginx agrees
+local function grant(run)
+  if not run:reserve() then return end
   local done, warn = nb.set_more_tries(1)
   if not done then
     error("backoff.balancer: set_more_tries: " .. tostring(warn))
   end
-  if warn then                      -- "reduced tries due to limit"
-    r.capped, r.stop = true, "next_upstream_tries"
-    return
-  end
-  r.granted, r.stop = true, nil
+  if warn then run:capped() end     -- "reduced tries due to limit"
 end
 
 -- ngx_int_t NGX_BUSY: from the balancer phase, nginx's "no live
@@ -151,42 +139,28 @@ end
 
 local none = {}   -- no options
 
--- a later try: the engine's word on it (nil, reason: refused)
-local function next_try(ngx, r)
-  if r.reason then return refuse(ngx, r.reason) end
-  local granted = r.granted
-  r.granted = false
-  local _, reason = r.run:retry_now(granted)
-  if reason then
-    -- this try is not made: the last one's failure was recorded (done
-    -- must not again)
-    r.reason, r.stop, r.recorded = reason, reason, true
-    return refuse(ngx, reason)
-  end
-  return r.run.b:delay()
-end
-
 local function balancer(policy, opts)
   local f = policy_facts(policy)
   opts = check_opts(opts) or none
   local ngx = phase.need(WHO, "balancer", "balancer_by_lua*")
   nb = nb or require "ngx.balancer"
   local ctx, key = ngx.ctx, rawget(opts, "key") or DEFAULT_KEY
-  local r = ctx[key]
+  local run = ctx[key]
   local delay = 0
-  if r == nil then
-    local run, reason = engine.run(DOOR, policy, f, policy:clone(), opts)
-    if not run then return nil, reason end
-    r = { run = run }
-    ctx[key] = r
-  else
+  if run == nil then
     local reason
-    delay, reason = next_try(ngx, r)
-    if delay == nil then return nil, reason end
+    run, reason = engine.run(DOOR, policy, f, policy:clone(), opts)
+    if not run then return nil, reason end
+    ctx[key] = run
+  else
+    -- a later try: the run's word on it (refused: the last try's
+    -- failure was told, done does not tell it again)
+    local _, reason = run:retry_now()
+    if reason then return refuse(ngx, reason) end
+    delay = run.b:delay()
   end
-  local run = r.run
   set_timeouts(run.timeout, rawget(opts, "timeouts"))
-  grant(r)
+  grant(run)
   return true, run.attempt, run.timeout, delay
 end
 
@@ -206,21 +180,11 @@ local function warn_500(ngx)
     .. "balancer phase lua-nginx-module turns an HTTP status into 500)")
 end
 
--- the client went before a verdict on the upstream: neither success
--- nor failure (nothing recorded, the breaker's ticket given back), the
--- attempts counted
-local function aborted_request(run, m)
-  run:release()
-  if m then
-    m:add("attempts", run.attempt)
-    m:add("retries", run.attempt - 1)
-  end
-end
-
 --- balancer.done(opts [, ok]) in log_by_lua*: the outcome of the last
 -- try, for the budget, the breaker and the metrics.  ok: true/false, or
 -- nil to read ngx.status (>= 500 is a failure; 499 and 408 are client
--- aborts).
+-- aborts: neither success nor failure, nothing recorded, the attempts
+-- counted).
 function M.done(opts, ok)
   opts = check_opts(opts)
   if ok ~= nil and type(ok) ~= "boolean" then
@@ -229,27 +193,24 @@ function M.done(opts, ok)
   end
   opts = opts or none
   local ngx = phase.need("backoff.balancer.done", "log", "log_by_lua*")
-  local r = ngx.ctx[rawget(opts, "key") or DEFAULT_KEY]
-  if r == nil or r.done then return end
-  r.done = true
-  if r.reason and ngx.status == 500 then warn_500(ngx) end
-  local aborted = false
-  if ok == nil then
-    local status = ngx.status
-    aborted = aborts[status] or false
-    ok = status < 500
+  local run = ngx.ctx[rawget(opts, "key") or DEFAULT_KEY]
+  if run == nil or run.settled then return end
+  if run.refused and ngx.status == 500 then warn_500(ngx) end
+  local status = ngx.status
+  if ok == nil and aborts[status] then
+    run:settle(nil)
+    local m = rawget(opts, "metrics")
+    if m then
+      m:add("attempts", run.attempt)
+      m:add("retries", run.attempt - 1)
+    end
+    return
   end
-  local run = r.run
-  if aborted then return aborted_request(run, rawget(opts, "metrics")) end
-  if not r.recorded then run:record(ok) end
-  -- r.stop: why no further try was granted; none: nginx did not retry
-  -- (a failure not in proxy_next_upstream, a non-idempotent request,
+  if ok == nil then ok = status < 500 end
+  -- failed with no reason of the run's: nginx did not retry (a failure
+  -- not in proxy_next_upstream, a non-idempotent request,
   -- proxy_next_upstream_timeout)
-  if ok then
-    run:finish(true, nil, nil, nil, 0)
-  else
-    run:finish(false, nil, r.stop or "next_upstream", nil, 0)
-  end
+  run:settle(ok, "next_upstream")
 end
 
 -- balancer(policy [, opts]) and balancer.done(opts [, ok])

@@ -1,10 +1,12 @@
 -- backoff.engine.nowait: the run's methods for the doors that do not
 -- wait between attempts (internal; lua/backoff/engine.lua installs them
 -- on its runs).  The balancer cannot wait at all: it grants nginx's
--- next try while this one runs (run:reserve) and decides it when it
--- starts (run:retry_now).  The hedge makes attempts side by side: each
--- copy is decided when it starts (run:copy) and has a record of its own
--- (n, paid, ticket, ts) for its outcome (run:tell_copy) or its cancel
+-- next try while this one runs (run:reserve, run:capped), decides it
+-- when it starts (run:retry_now) and tells the last outcome at the
+-- request's end (run:settle).  The hedge makes attempts
+-- side by side: each copy is decided when it starts (run:copy) and has
+-- a record of its own (n, paid, ticket, ts) for its outcome
+-- (run:tell_copy) or its cancel
 -- (run:forget).  The rules are the engine's: these methods apply them
 -- in another order, they write none of their own.
 
@@ -46,52 +48,93 @@ local function budget_allows(bud, cost, attempt)
   return true
 end
 
---- run:reserve() -> true | nil, reason: may attempt run.attempt + 1
--- be made if the current one (with run.timeout) fails?  A peek:
--- nothing is taken.  The retry is paid when it starts (run:retry_now),
--- so a grant costs nothing to the requests in flight that never need
--- it, and the budget still pays for every retry made.
-function X:reserve()
-  if self.max_attempts > 0 and self.attempt >= self.max_attempts then
+-- may attempt run.attempt + 1 be made if the current one fails?
+local function may_follow(run)
+  if run.max_attempts > 0 and run.attempt >= run.max_attempts then
     return nil, "max_attempts"
   end
-  local left = self:left()
-  if left and left - (self.timeout or 0) < self.min_attempt then
+  local left = run:left()
+  if left and left - (run.timeout or 0) < run.min_attempt then
     return nil, "max_actual_duration"
   end
-  local br = self.br
+  local br = run.br
   if br and not br:allows() then return nil, "circuit_open" end
-  local bud = self.bud
-  if bud and not budget_allows(bud, self.cost, self.attempt + 1) then
+  local bud = run.bud
+  if bud and not budget_allows(bud, run.cost, run.attempt + 1) then
     return nil, "budget"
   end
   return true
 end
 
---- run:retry_now(granted) -> timeout | nil, reason: the current
--- attempt failed and the next starts now, without a wait (the balancer:
--- nginx started it).  Granted (run:reserve said yes), the policy's
--- limits and the deadline were checked then (a late start runs with
--- what is left); not granted, they are checked now.  Either way it is
--- made only when the breaker allows it and the budget pays for it.
-function X:retry_now(granted)
-  self:record(false)
-  local now = core_now(self.b)
-  local delay, t = core_failure(self.b, now)
-  local left = self:left(now)
+--- run:reserve() -> true | nil, reason: may attempt run.attempt + 1
+-- be made if the current one (with run.timeout) fails?  Yes: it is
+-- granted.  A peek: nothing is taken.  The retry is paid when it
+-- starts (run:retry_now), so a grant costs nothing to the requests in
+-- flight that never need it, and the budget still pays for every
+-- retry made.  No: run.stop says why (the reason the run gives up with
+-- if the current attempt fails).
+function X:reserve()
+  if self.at_cap then return nil, self.stop end
+  local ok, why = may_follow(self)
+  self.granted, self.stop = ok or false, why
+  return ok, why
+end
+
+--- run:capped(): the door could not grant the next attempt after all
+-- (nginx's proxy_next_upstream_tries): none is granted again
+function X:capped()
+  self.at_cap, self.granted, self.stop = true, false, "next_upstream_tries"
+end
+
+-- the next attempt, after the current one's failure was recorded
+local function start_now(run, granted)
+  local now = core_now(run.b)
+  local delay, t = core_failure(run.b, now)
+  local left = run:left(now)
   if not granted then
     if delay == nil then return nil, t end
-    if self:too_late(left) then return nil, "max_actual_duration" end
+    if run:too_late(left) then return nil, "max_actual_duration" end
   elseif delay == nil then
     t = nil
   end
-  local ok, ticket = admit(self, self.attempt + 1, self.cost)
+  local ok, ticket = admit(run, run.attempt + 1, run.cost)
   if not ok then return nil, ticket end
-  self.ticket, self.paid, self.owed = ticket, self.cost, self.bud ~= nil
-  self.attempt = self.attempt + 1
-  self.timeout = self:try_timeout(t, left)
-  self.ts = now
-  return self.timeout
+  run.ticket, run.paid, run.owed = ticket, run.cost, run.bud ~= nil
+  run.attempt = run.attempt + 1
+  run.timeout = run:try_timeout(t, left)
+  run.ts = now
+  return run.timeout
+end
+
+--- run:retry_now() -> timeout | nil, reason: the current attempt
+-- failed and the next starts now, without a wait (the balancer: nginx
+-- started it).  Granted (run:reserve said yes), the policy's limits
+-- and the deadline were checked then (a late start runs with what is
+-- left); not granted, they are checked now.  Either way it is made
+-- only when the breaker allows it and the budget pays for it.  Once
+-- refused (run.refused: why), every later attempt is, at once.
+function X:retry_now()
+  if self.refused then return nil, self.refused end
+  local granted = self.granted
+  self.granted = false
+  self:record(false)
+  local timeout, reason = start_now(self, granted)
+  if reason then self.refused, self.stop = reason, reason end
+  return timeout, reason
+end
+
+--- run:settle(ok, reason): the run ends (once: run.settled) with the
+-- current attempt's outcome ok, told unless a refused attempt told the
+-- last failure already; failed, it gives up with why no attempt
+-- followed (run.stop), else with reason (the door's).  ok nil: no
+-- verdict on the upstream (the client went): nothing told, the
+-- breaker's ticket given back, nothing counted
+function X:settle(ok, reason)
+  if self.settled then return end
+  self.settled = true
+  if ok == nil then return self:release() end
+  if not self.refused then self:record(ok) end
+  self:finish(ok, nil, not ok and (self.stop or reason) or nil, nil, 0)
 end
 
 ------------------------------------------------------------------------
