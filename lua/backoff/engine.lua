@@ -56,33 +56,6 @@ Run.__index = Run
 ------------------------------------------------------------------------
 -- the first attempt
 
--- the first attempt's start, without building anything: the run's start
--- t0, the attempt's timeout (never past the deadline; the time left
--- when the policy has none and left_timeout asks), the run's object
--- when it had to be cloned now (a policy whose initial timeout is a
--- draw of its random function), and now; false when the deadline has
--- passed
-local function clock_start(f, policy, b, left_timeout)
-  local now = core_now(b or policy)
-  if not f.duration then return now, nil, b, now end
-  local t0, timeout = now, nil
-  if not b and f.eager and f.timeouts then b = policy:clone(now) end
-  if b then
-    t0 = now - b:elapsed(now)
-    timeout = b:timeout()
-  elseif f.timeouts then
-    timeout = first_timeout(policy)
-  end
-  local left = (f.start or t0) + f.duration - now
-  if left <= 0 then return false end
-  if timeout == nil then
-    if left_timeout then timeout = left end
-  elseif timeout > left then
-    timeout = left
-  end
-  return t0, timeout, b, now
-end
-
 -- a run that ends before its first attempt: counted, told to on_giveup
 local function no_attempt(ropts, reason)
   if ropts ~= nil and (ropts.metrics or ropts.on_giveup) then
@@ -107,25 +80,48 @@ local function admit_first(door, ropts, br, policy, b)
   return true, ticket, b
 end
 
+-- the deadline has passed before the first attempt
+local function too_late_to_start(ropts, br, ticket)
+  give_back(br, ticket)
+  return no_attempt(ropts, "max_actual_duration")
+end
+
+-- the start and first timeout of a run with an object (b) or per-try
+-- timeouts: t0, timeout, b (cloned now for a policy whose first
+-- timeout is a draw of its random function)
+local function timed_start(f, policy, b, now)
+  if not b and f.eager then b = policy:clone(now) end
+  if b then return now - b:elapsed(now), b:timeout(), b end
+  return now, first_timeout(policy), b
+end
+
 --- E.start(door, policy, f, b, ropts) -> t0, timeout, b, now, ticket |
 -- nil, reason: the first attempt of a run that needs its start (a
 -- deadline, on_success, a breaker), with nothing built: the breaker's
--- word (held while it holds), the run's start, the attempt's timeout;
--- nil when the run ends before it (counted, told to on_giveup)
+-- word (held while it holds), the run's start t0, the attempt's
+-- timeout (never past the deadline; the time left when the policy has
+-- none and the door's left_timeout asks), the run's object (when it
+-- had to be cloned now), now, the breaker's ticket; nil when the run
+-- ends before it (counted, told to on_giveup)
 function E.start(door, policy, f, b, ropts)
-  local ticket
-  local br = ropts and ropts.breaker
+  local br, ticket = ropts and ropts.breaker, nil
   if br then
     local ok
     ok, ticket, b = admit_first(door, ropts, br, policy, b)
     if not ok then return no_attempt(ropts, "circuit_open") end
   end
-  local t0, timeout, obj, now = clock_start(f, policy, b, door.left_timeout)
-  if not t0 then
-    give_back(br, ticket)
-    return no_attempt(ropts, "max_actual_duration")
+  local now = core_now(b or policy)
+  if not f.duration then return now, nil, b, now, ticket end
+  local t0, timeout = now, nil
+  if b or f.timeouts then t0, timeout, b = timed_start(f, policy, b, now) end
+  local left = (f.start or t0) + f.duration - now
+  if left <= 0 then return too_late_to_start(ropts, br, ticket) end
+  if timeout == nil then
+    if door.left_timeout then timeout = left end
+  elseif timeout > left then
+    timeout = left
   end
-  return t0, timeout, obj, now, ticket
+  return t0, timeout, b, now, ticket
 end
 
 --- E.first_success(ropts, ticket, ts, t0, obj, res1): the first

@@ -92,9 +92,19 @@ end
 -- it out of its loops); weak: it keeps nothing alive
 local hot = setmetatable({}, { __mode = "v" })
 
--- the results of a first attempt with ropts or a deadline (and what it
--- started with: E.start's values, none when nothing needed them): the
--- run is built only if it failed
+-- the results of the first attempt with ropts that need nothing
+-- before it (no deadline, breaker or on_success): nothing is built
+-- unless it failed
+local function after_light(policy, f, ropts, fn, r1, ...)
+  if r1 then
+    first_success(ropts, nil, nil, nil, policy, r1)
+    return r1, ...
+  end
+  return failed(resume(DOOR, policy, f, nil, ropts), fn, (...))
+end
+
+-- the results of a first attempt that needed its start (a deadline,
+-- on_success, a breaker): the run is built only if it failed
 local function after_lean(policy, f, b, ropts, t0, timeout, now, ticket,
                           fn, r1, ...)
   if r1 then
@@ -138,7 +148,7 @@ local function first(method, policy, fn, ropts)
         if type(fn) == "function" then hot[1] = policy end
         return after_plain(policy, fn, fn(1))
       end
-      return after_lean(policy, f, nil, ropts, nil, nil, nil, nil, fn, fn(1))
+      return after_light(policy, f, ropts, fn, fn(1))
     end
     return lean(policy, f, b, ropts, fn)
   end
