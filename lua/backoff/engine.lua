@@ -413,14 +413,10 @@ function Run:finish(ok, err, reason, res, hints)
   local ropts = self.ropts
   if ropts == nil then return end
   hints = hints or self.hints or 0
-  if ok then
-    if ropts.metrics or ropts.on_success then
-      ended_well(ropts, self.attempt, hints, self.t0, self.b or self.policy,
-                 res)
-    end
-  elseif ropts.metrics or ropts.on_giveup then
-    ended_badly(ropts, err, reason, self.attempt, hints, res)
+  if not ok then
+    return ended_badly(ropts, err, reason, self.attempt, hints, res)
   end
+  ended_well(ropts, self.attempt, hints, self.t0, self.b or self.policy, res)
 end
 
 --- run:succeeded(res1): the current attempt succeeded: told, counted

@@ -3,12 +3,10 @@
 -- on its runs).  The balancer cannot wait at all: it grants nginx's
 -- next try while this one runs (run:reserve, run:capped), decides it
 -- when it starts (run:retry_now) and tells the last outcome at the
--- request's end (run:settle).  The hedge makes attempts
--- side by side: each copy is decided when it starts (run:copy) and has
--- a record of its own (n, paid, ticket, ts) for its outcome
--- (run:tell_copy) or its cancel
--- (run:forget).  The rules are the engine's: these methods apply them
--- in another order, they write none of their own.
+-- request's end (run:settle).  The hedge makes attempts side by side:
+-- each copy is decided when it starts (run:copy) and has a record of
+-- its own for its outcome (run:tell_copy) or its cancel (run:forget).
+-- The rules are the engine's, applied in another order.
 
 local util = require "backoff.util"
 local rules = require "backoff.engine.rules"

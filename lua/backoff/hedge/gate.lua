@@ -11,9 +11,9 @@
 --       "first", "hedge" (while another copy is in flight) or "retry"
 --       (after a copy failed: f, its failure, for the budget's cost
 --       after a hint).  Copy 1: the breaker's word and the first
---       timeout (engine.run); later copies: run:copy (the
---       policy counts it, the deadline, the breaker, the budget pays it
---       as a retry).  A refusal ends hedging for the request.
+--       timeout (engine.run); later copies: run:copy (the policy
+--       counts it, the deadline, the breaker, the budget pays it as a
+--       retry).  A refusal ends hedging for the request.
 --   g:won(attempt, seconds, kind)   the copy whose answer is returned
 --   g:failed(attempt, seconds, sent) -> reason | nil  a copy that
 --                                   failed (retryable); sent: it may
@@ -41,7 +41,7 @@ Gate.__index = Gate
 
 function M.new(policy, f, b, o)
   return setmetatable({ policy = policy, f = f, b = b, o = o,
-    ropts = o.ropts, started = 0 }, Gate)
+    ropts = o.ropts }, Gate)
 end
 
 function Gate:now()
@@ -82,7 +82,6 @@ function Gate:start(attempt, kind, f)
       return false, n
     end
   end
-  if attempt > self.started then self.started = attempt end
   if kind == "hedge" then count(self, "hedges") end
   return true, t
 end
@@ -118,9 +117,9 @@ function Gate:finish(ok, reason, hints, err, res1)
   self.run:finish(ok, err, reason, res1, hints or 0)
 end
 
--- the copies started so far
+-- the copies started so far (the run's attempts)
 function Gate:attempts()
-  return self.started
+  return self.run and self.run.attempt or 0
 end
 
 return M
