@@ -51,7 +51,6 @@
 --     out) as neither success nor failure: nothing recorded.
 
 local engine = require "backoff.engine"
-local nowait = require "backoff.engine.nowait"
 local setup = require "backoff.setup"
 local check = require "backoff.check"
 local util = require "backoff.util"
@@ -61,7 +60,10 @@ local error, max, min, rawget, setmetatable, tostring, type =
       error, math.max, math.min, rawget, setmetatable, tostring, type
 
 local WHO = "backoff.balancer"
-local DOOR = { who = WHO, waits = false, left_timeout = true }
+-- nginx counts in milliseconds: no try starts with less than 1 ms left
+-- (min_attempt_time's floor), none has a timeout under 1 ms
+local DOOR = { who = WHO, waits = false, left_timeout = true,
+               min_attempt = 0.001, min_timeout = 0.001 }
 local DEFAULT_KEY = "backoff:balancer"
 local nb          -- ngx.balancer, loaded on first use
 
@@ -112,24 +114,15 @@ local function set_timeouts(timeout, factors)
   if not ok then error("backoff.balancer: set_timeouts: " .. tostring(err)) end
 end
 
--- Grant one more try after this one when the engine says it may be
--- made; else note in st.stop why not.
-local function grant(st)
-  if st.capped then return end
-  local ok, why = nowait.reserve(st, st.timeout)
-  if not ok then
-    st.stop = why
-    return
-  end
+-- Grant one more try after this one when the run says it may be made
+-- (run:reserve; else the run notes why not) and nginx agrees
+local function grant(run)
+  if not run:reserve() then return end
   local done, warn = nb.set_more_tries(1)
   if not done then
     error("backoff.balancer: set_more_tries: " .. tostring(warn))
   end
-  if warn then                      -- "reduced tries due to limit"
-    st.capped, st.stop = true, "next_upstream_tries"
-    return
-  end
-  st.granted, st.stop = true, nil
+  if warn then run:capped() end     -- "reduced tries due to limit"
 end
 
 -- ngx_int_t NGX_BUSY: from the balancer phase, nginx's "no live
@@ -144,17 +137,6 @@ local function refuse(ngx, reason)
   return nil, reason
 end
 
--- the first try of a request: its state, kept in ngx.ctx
-local function first_try(policy, f, opts, ctx, key)
-  local st, reason = engine.begin(DOOR, policy, f, policy:clone(), opts)
-  if not st then return nil, reason end
-  engine.state(st)
-  st.min_attempt = max(rawget(opts, "min_attempt_time")
-                       or st.min_attempt, 0.001)
-  ctx[key] = st
-  return st
-end
-
 local none = {}   -- no options
 
 local function balancer(policy, opts)
@@ -163,30 +145,23 @@ local function balancer(policy, opts)
   local ngx = phase.need(WHO, "balancer", "balancer_by_lua*")
   nb = nb or require "ngx.balancer"
   local ctx, key = ngx.ctx, rawget(opts, "key") or DEFAULT_KEY
-  local st = ctx[key]
+  local run = ctx[key]
   local delay = 0
-  if st == nil then
+  if run == nil then
     local reason
-    st, reason = first_try(policy, f, opts, ctx, key)
-    if not st then return nil, reason end
+    run, reason = engine.run(DOOR, policy, f, policy:clone(), opts)
+    if not run then return nil, reason end
+    ctx[key] = run
   else
-    if st.reason then return refuse(ngx, st.reason) end
-    local granted = st.granted
-    st.granted = false
-    local timeout, reason = nowait.retry_now(st, granted)
-    if reason then
-      -- this try is not made: the last one's failure was recorded (done
-      -- must not again)
-      st.reason, st.stop, st.recorded = reason, reason, true
-      return refuse(ngx, reason)
-    end
-    delay = st.b:delay()
-    st.timeout = timeout
+    -- a later try: the run's word on it (refused: the last try's
+    -- failure was told, done does not tell it again)
+    local _, reason = run:retry_now()
+    if reason then return refuse(ngx, reason) end
+    delay = run.b:delay()
   end
-  if st.timeout ~= nil and st.timeout < 0.001 then st.timeout = 0.001 end
-  set_timeouts(st.timeout, rawget(opts, "timeouts"))
-  grant(st)
-  return true, st.attempt, st.timeout, delay
+  set_timeouts(run.timeout, rawget(opts, "timeouts"))
+  grant(run)
+  return true, run.attempt, run.timeout, delay
 end
 
 local M = {}
@@ -205,21 +180,11 @@ local function warn_500(ngx)
     .. "balancer phase lua-nginx-module turns an HTTP status into 500)")
 end
 
--- the client went before a verdict on the upstream: neither success
--- nor failure (nothing recorded, the breaker's ticket given back), the
--- attempts counted
-local function aborted_request(st, m)
-  engine.release(st)
-  if m then
-    m:add("attempts", st.attempt)
-    m:add("retries", st.attempt - 1)
-  end
-end
-
 --- balancer.done(opts [, ok]) in log_by_lua*: the outcome of the last
 -- try, for the budget, the breaker and the metrics.  ok: true/false, or
 -- nil to read ngx.status (>= 500 is a failure; 499 and 408 are client
--- aborts).
+-- aborts: neither success nor failure, nothing recorded, the attempts
+-- counted).
 function M.done(opts, ok)
   opts = check_opts(opts)
   if ok ~= nil and type(ok) ~= "boolean" then
@@ -228,26 +193,24 @@ function M.done(opts, ok)
   end
   opts = opts or none
   local ngx = phase.need("backoff.balancer.done", "log", "log_by_lua*")
-  local st = ngx.ctx[rawget(opts, "key") or DEFAULT_KEY]
-  if st == nil or st.done then return end
-  st.done = true
-  if st.reason and ngx.status == 500 then warn_500(ngx) end
-  local aborted = false
-  if ok == nil then
-    local status = ngx.status
-    aborted = aborts[status] or false
-    ok = status < 500
+  local run = ngx.ctx[rawget(opts, "key") or DEFAULT_KEY]
+  if run == nil or run.settled then return end
+  if run.refused and ngx.status == 500 then warn_500(ngx) end
+  local status = ngx.status
+  if ok == nil and aborts[status] then
+    run:settle(nil)
+    local m = rawget(opts, "metrics")
+    if m then
+      m:add("attempts", run.attempt)
+      m:add("retries", run.attempt - 1)
+    end
+    return
   end
-  if aborted then return aborted_request(st, rawget(opts, "metrics")) end
-  if not st.recorded then engine.record(st, ok) end
-  if ok then
-    engine.ended_well(opts, st.attempt, 0)
-  else
-    -- st.stop: why no further try was granted; none: nginx did not
-    -- retry (a failure not in proxy_next_upstream, a non-idempotent
-    -- request, proxy_next_upstream_timeout)
-    engine.ended_badly(opts, nil, st.stop or "next_upstream", st.attempt, 0)
-  end
+  if ok == nil then ok = status < 500 end
+  -- failed with no reason of the run's: nginx did not retry (a failure
+  -- not in proxy_next_upstream, a non-idempotent request,
+  -- proxy_next_upstream_timeout)
+  run:settle(ok, "next_upstream")
 end
 
 -- balancer(policy [, opts]) and balancer.done(opts [, ok])

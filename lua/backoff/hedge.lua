@@ -231,9 +231,9 @@ local function run_alone(st)
       failed_hard(st, c, took, nil, info)
     end
     f = info
-    g:failed(attempt, took)
+    local stop = g:failed(attempt, took, f.sent)
     if f.status then observe(st, took) end
-    if f.sent then return give_up(st, f, "not_idempotent") end
+    if stop then return give_up(st, f, stop) end
     attempt, kind = attempt + 1, "retry"
   end
 end
@@ -353,7 +353,7 @@ end
 -- the next start planned, if it may still happen
 local function planned(st)
   local nx = st.next
-  if nx and (st.stopped or st.gate:attempts() >= st.f.max_attempts
+  if nx and (st.stopped or st.gate.run:spent()
              or nx.kind == "hedge" and st.no_hedge) then
     st.next, nx = nil, nil
   end
@@ -363,16 +363,13 @@ end
 -- wait for the first copy to end, the next start (nx) or the deadline:
 -- true and the request's results, or false (nothing to return yet)
 local function await(st, nx, now)
-  local g = st.gate
-  local wait = nx and nx.at - now
-  local deadline = g.deadline
-  if deadline and not (wait and wait < deadline - now) then
-    wait = deadline - now
-  end
+  local run = st.gate.run
+  local wait, left = nx and nx.at - now, run:left(now)
+  if left and not (wait and wait < left) then wait = left end
   local r = wait_first(st, wait)
   local c = r[2]
   if c ~= SLEPT then return ended(st, c, r) end
-  if deadline and g:now() >= deadline then
+  if run:overdue() then
     cancel_all(st)
     return true, give_up(st, st.last or { err = "timeout" },
                          "max_actual_duration")
@@ -384,7 +381,7 @@ end
 local function hedged(st)
   local g = st.gate
   if not start(st, "first") then return give_up(st, nil, st.stopped) end
-  if st.f.max_attempts > 1 then
+  if not g.run:spent() then
     st.next = { at = g:now() + st.delay, kind = "hedge" }
   end
   while true do

@@ -74,10 +74,10 @@ end
 
 local WHO = "backoff.http.request"
 local USAGE = "; usage: backoff.http.request(policy, do_request [, opts])"
-local DOOR = { who = WHO, waits = true, left_timeout = true }
-
 local DEFAULT_STATUSES = rules.DEFAULT_STATUSES
 local DEFAULT_MAX_HINT = 60
+local DOOR = { who = WHO, waits = true, left_timeout = true,
+               max_hint = DEFAULT_MAX_HINT }
 
 local check_opts = check.validator(WHO, setup.rules(rules.OPTIONS))
 
@@ -85,51 +85,28 @@ local check_opts = check.validator(WHO, setup.rules(rules.OPTIONS))
 -- one request
 
 -- the try's timeouts for do_request
-local function timeouts_of(st, timeout)
+local function timeouts_of(run, timeout)
   if timeout == nil then return nil end
-  return make_timeouts(timeout, st.ropts.timeouts)
-end
-
-local after
-
--- try st.attempt failed: the next one, or give up with the last error
--- and response
-local function failed(st, do_request, err, res, hint, sent)
-  if not st.ready then
-    engine.state(st)
-    st.max_hint = st.ropts.max_hint or DEFAULT_MAX_HINT
-  end
-  local stop = sent and not st.idem and "not_idempotent" or nil
-  local delay, t = engine.failed(st, err, res, hint, stop)
-  if delay == nil then
-    engine.gave_up(st, err, t, res)
-    return nil, err, t, res
-  end
-  st.sleep(delay)
-  local attempt, timeout = engine.next(st, t)
-  if attempt == nil then
-    engine.gave_up(st, err, timeout, res)
-    return nil, err, timeout, res
-  end
-  return after(st, do_request,
-               setup.call(st, do_request, attempt, timeouts_of(st, timeout)))
+  return make_timeouts(timeout, run.ropts.timeouts)
 end
 
 -- the results of a try: passed on, or the next try
-after = function(st, do_request, r1, ...)
-  local kind, err, res, hint, sent = rules.judge(st.statuses, r1, ...)
+local function after(run, statuses, do_request, r1, ...)
+  local kind, err, res, hint, sent = rules.judge(statuses, r1, ...)
   if kind == "ok" then
-    engine.succeeded(st, r1)
+    run:succeeded(r1)
     return r1, ...
   elseif kind == "fail" then
-    return failed(st, do_request, err, res, hint, sent)
+    local attempt, timeout = run:retry(err, res, hint, sent)
+    if attempt == nil then return nil, err, timeout, res end
+    return after(run, statuses, do_request, setup.call(run,
+                 do_request, attempt, timeouts_of(run, timeout)))
   elseif kind == "bad" then
     error(WHO .. ": " .. err, 0)
   end
   -- a final 5xx: the response as it came, counted as a failure
-  if not st.ready then engine.state(st) end
-  engine.record(st, false)
-  engine.gave_up(st, err, "error_status", r1)
+  run:record(false)
+  run:finish(false, err, "error_status", r1)
   return r1, ...
 end
 
@@ -144,11 +121,10 @@ function M.request(policy, do_request, opts)
   opts = check_opts(opts) or {}
   local idem, statuses = rules.settings(WHO, opts)
   setup.need_stop(WHO, f, opts)
-  local st, reason = engine.begin(DOOR, policy, f, b, opts)
-  if not st then return nil, nil, reason end
-  st.idem, st.statuses = idem, statuses
-  return after(st, do_request,
-               setup.call(st, do_request, 1, timeouts_of(st, st.timeout)))
+  local run, reason = engine.run(DOOR, policy, f, b, opts, idem)
+  if not run then return nil, nil, reason end
+  return after(run, statuses, do_request,
+               setup.call(run, do_request, 1, timeouts_of(run, run.timeout)))
 end
 
 -- the defaults, for the docs' sake and tests: fresh copies

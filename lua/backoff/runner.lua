@@ -26,6 +26,7 @@ local DOOR = { who = WHO, waits = true }
 local check_ropts = check.validator(WHO, setup.RULES)
 
 local call, protect = setup.call, setup.protect
+local first_success = engine.first_success
 
 ------------------------------------------------------------------------
 -- after the first failure: the engine decides, the door waits
@@ -33,31 +34,22 @@ local call, protect = setup.call, setup.protect
 local after
 
 -- the current attempt failed with err: the next one, or give up
-local function failed(st, fn, err)
-  local delay, t = engine.failed(st, err)
-  if delay == nil then
-    engine.gave_up(st, err, t)
-    return nil, err, t
-  end
-  st.sleep(delay)
-  local attempt, timeout = engine.next(st, t)
-  if attempt == nil then
-    engine.gave_up(st, err, timeout)
-    return nil, err, timeout
-  end
-  return after(st, fn, call(st, fn, attempt, timeout))
+local function failed(run, fn, err)
+  local attempt, timeout = run:retry(err)
+  if attempt == nil then return nil, err, timeout end
+  return after(run, fn, call(run, fn, attempt, timeout))
 end
 
--- the results of attempt 2, 3, ...: passed on, or the next attempt
-after = function(st, fn, r1, ...)
+-- the results of an attempt: passed on, or the next attempt
+after = function(run, fn, r1, ...)
   if r1 then
-    engine.succeeded(st, r1)
+    run:succeeded(r1)
     return r1, ...
   end
-  return failed(st, fn, (...))
+  return failed(run, fn, (...))
 end
 
-local state = engine.state
+local resume = engine.resume
 
 ------------------------------------------------------------------------
 -- the first attempt: nothing is built until it fails
@@ -66,17 +58,7 @@ local state = engine.state
 -- no ropts
 local function after_plain(policy, fn, r1, ...)
   if r1 then return r1, ... end
-  local st = engine.begin(DOOR, policy, setup.facts(policy))
-  return failed(state(st), fn, (...))
-end
-
--- the results of the first attempt, with ropts or a deadline
-local function after_first(st, fn, r1, ...)
-  if r1 then
-    engine.succeeded(st, r1)
-    return r1, ...
-  end
-  return failed(state(st), fn, (...))
+  return failed(resume(DOOR, policy, setup.facts(policy)), fn, (...))
 end
 
 -- Everything about the arguments that the fast path does not settle:
@@ -115,23 +97,22 @@ local hot = setmetatable({}, { __mode = "v" })
 -- unless it failed
 local function after_light(policy, f, ropts, fn, r1, ...)
   if r1 then
-    engine.first_success(ropts, nil, nil, nil, policy, r1)
+    first_success(ropts, nil, nil, nil, policy, r1)
     return r1, ...
   end
-  return failed(state(engine.begin(DOOR, policy, f, nil, ropts)), fn, (...))
+  return failed(resume(DOOR, policy, f, nil, ropts), fn, (...))
 end
 
--- the results of a first attempt that needed its start (a deadline, or
--- on_success) but no breaker: the run's state is built only if it failed
+-- the results of a first attempt that needed its start (a deadline,
+-- on_success, a breaker): the run is built only if it failed
 local function after_lean(policy, f, b, ropts, t0, timeout, now, ticket,
                           fn, r1, ...)
   if r1 then
-    engine.first_success(ropts, ticket, now, t0, b or policy, r1)
+    first_success(ropts, ticket, now, t0, b or policy, r1)
     return r1, ...
   end
-  local st = engine.run(DOOR, policy, f, b, ropts, t0, timeout, now)
-  st.ticket = ticket
-  return failed(state(st), fn, (...))
+  return failed(resume(DOOR, policy, f, b, ropts, t0, timeout, now, ticket),
+                fn, (...))
 end
 
 -- the policy, fn and ropts, checked: the full checks on a first call,
@@ -149,27 +130,12 @@ end
 -- the first attempt with its start (a deadline, on_success, a breaker):
 -- the breaker's word, the start, and nothing built unless it failed
 local function lean(policy, f, b, ropts, fn)
-  local ticket
-  local br = ropts and ropts.breaker
-  if br then
-    local ok
-    ok, ticket = br:allow()
-    if not ok then
-      ok, ticket, b = engine.held(DOOR, ropts, br, policy, b)
-      if not ok then
-        engine.no_attempt(ropts, "circuit_open")
-        return nil, nil, "circuit_open"
-      end
-    end
-  end
-  local t0, timeout, obj, now = engine.start(f, policy, b)
-  if not t0 then
-    if ticket ~= nil then br:release(ticket) end
-    engine.no_attempt(ropts, "max_actual_duration")
-    return nil, nil, "max_actual_duration"
-  end
+  local t0, timeout, obj, now, ticket = engine.start(DOOR, policy, f, b,
+                                                     ropts)
+  if not t0 then return nil, nil, timeout end
   return after_lean(policy, f, obj, ropts, t0, timeout, now, ticket, fn,
-                    setup.guarded(br, ticket, fn, 1, timeout))
+                    setup.guarded(ropts and ropts.breaker, ticket, fn, 1,
+                                  timeout))
 end
 
 local function first(method, policy, fn, ropts)
@@ -186,9 +152,9 @@ local function first(method, policy, fn, ropts)
     end
     return lean(policy, f, b, ropts, fn)
   end
-  local st, reason = engine.begin(DOOR, policy, f, b, ropts)
-  if not st then return nil, nil, reason end
-  return after_first(st, fn, protect(fn, 1, st.timeout))
+  local run, reason = engine.run(DOOR, policy, f, b, ropts)
+  if not run then return nil, nil, reason end
+  return after(run, fn, protect(fn, 1, run.timeout))
 end
 
 -- backoff.retry (method = false) and b:retry (method = true): the

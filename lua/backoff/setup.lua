@@ -257,12 +257,12 @@ function E.guarded(br, ticket, fn, ...)
   return given_back(br, ticket, E.ypcall(fn, ...))
 end
 
---- E.call(st, fn, ...): the attempt, protected with retry_raised, or
--- guarded while it holds a probe
-function E.call(st, fn, ...)
-  local ropts = st.ropts
+--- E.call(run, fn, ...): the attempt of a run (lua/backoff/engine.lua),
+-- protected with retry_raised, or guarded while it holds a probe
+function E.call(run, fn, ...)
+  local ropts = run.ropts
   if ropts ~= nil and ropts.retry_raised then return E.protect(fn, ...) end
-  local ticket = st.ticket
+  local ticket = run.ticket
   if type(ticket) == "table" then
     return given_back(ropts.breaker, ticket, E.ypcall(fn, ...))
   end

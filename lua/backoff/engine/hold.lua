@@ -17,7 +17,6 @@
 -- waiting when the upstream returns (no herd).  A door that cannot wait
 -- (the balancer, the hedge's copies) ends the run at once, as before.
 
-local phase = require "backoff.phase"
 local util = require "backoff.util"
 
 local type = type
@@ -36,22 +35,15 @@ function H.limit(br)
   return nil
 end
 
---- hold.wait(door, ropts, br, b, start) -> true, ticket | false: the
--- run (its object b, started at `start` on b's clock) was refused:
--- wait the policy's delays and ask again while the hold lasts.  False
--- when the door cannot wait, the breaker holds nothing, the phase has
--- no sleep, the policy gives up, or the next ask would come after the
--- hold: the run ends with "circuit_open".
-function H.wait(door, ropts, br, b, start)
-  if not door.waits then return false end
-  local limit = H.limit(br)
+--- hold.wait(br, b, start, sleep) -> true, ticket | false: the run
+-- (its object b, started at `start` on b's clock) was refused: wait
+-- the policy's delays with sleep and ask again while the hold lasts.
+-- False when there is no sleep (a door that cannot wait, a phase that
+-- cannot), the breaker holds nothing, the policy gives up, or the next
+-- ask would come after the hold: the run ends with "circuit_open".
+function H.wait(br, b, start, sleep)
+  local limit = sleep and H.limit(br)
   if not limit then return false end
-  local sleep = ropts and ropts.sleep
-  if not sleep then
-    local no_sleep
-    sleep, no_sleep = phase.default_sleep()
-    if no_sleep then return false end
-  end
   while true do
     local now = now_of(b)
     local delay = b:failure(now)
