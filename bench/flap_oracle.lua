@@ -27,15 +27,22 @@
 --    spell, within `hold` seconds of its start.
 --
 --   luajit bench/flap_oracle.lua [N]      (from anywhere; any Lua)
-local here = (arg and arg[0] or ""):match("^(.-)[^/]*$")
+--   local O = dofile("bench/flap_oracle.lua")  -- the bounds, no output
+--   O.truncating(opts, n) -> least amplification for 65%, success at 1.5x
+--   O.held(hold, n) -> success, amplification
+local here = debug.getinfo(1, "S").source:match("^@(.-)[^/]*$") or "./"
 if here == "" then here = "./" end
-local version = jit and "luajit" or _VERSION:match("%d+%.%d+")
-package.path = here .. "../lua/?.lua;" .. package.path
-package.cpath = here .. "../build/" .. version .. "/?.so;" .. package.cpath
+local main = arg and arg[0] and arg[0]:match("flap_oracle%.lua$")
+if main then
+  local version = jit and "luajit" or _VERSION:match("%d+%.%d+")
+  package.path = here .. "../lua/?.lua;" .. package.path
+  package.cpath = here .. "../build/" .. version .. "/?.so;"
+    .. package.cpath
+end
 local backoff = require "backoff"
 
 local DOWN, CYCLE = 5, 10
-local N = tonumber(arg and arg[1]) or 20000
+local N = main and tonumber(arg[1]) or 20000
 local HUGE = math.huge
 
 local function up(t) return t % CYCLE >= DOWN end
@@ -104,6 +111,43 @@ end
 local MODEL = { initial_delay = 0.1, max_delay = 20, jitter = "full",
                 max_attempts = 10 }
 
+-- the requests of a down spell that a held run (up to `hold` seconds
+-- from its start) brings to an up spell, each with one retry
+local function reached(make, hold)
+  local reach = 0
+  for i = 1, N do
+    local t0, times = schedule(i, make)
+    for _, t in ipairs(times) do
+      if t - t0 > hold then break end
+      if up(t) then reach = reach + 1 break end
+    end
+  end
+  return reach
+end
+
+local O = {}
+
+--- O.truncating(opts, n) -> the least amplification that keeps 65%,
+-- and the most success at 1.5x, for a budget and the exponential
+-- policy of opts (default: make outage's), n requests per down spell
+function O.truncating(opts, n)
+  N = n or N
+  local o = {}
+  for k, v in pairs(MODEL) do o[k] = v end
+  for k, v in pairs(opts or {}) do o[k] = v end
+  return bound(oracle(policy_maker("exponential", o)), 0.65, 1.5)
+end
+
+--- O.held(hold, n) -> success, amplification: runs held up to `hold`
+-- seconds instead of ended, make outage's policy
+function O.held(hold, n)
+  N = n or N
+  local reach = reached(policy_maker("exponential", MODEL), hold)
+  return 0.5 + reach / (2 * N), 1 + reach / (2 * N)
+end
+
+if not main then return O end
+
 print(("flapping 5 s / 5 s, %d requests per down spell; success of all "
   .. "requests (half arrive up)"):format(N))
 print("\n1. a budget (it pays for a retry or ends the request), the "
@@ -139,15 +183,9 @@ print("\n3. a run that may skip attempts (held: nothing sent, the "
   .. "policy's delays waited), the policy of make outage:")
 local make = policy_maker("exponential", MODEL)
 for _, hold in ipairs { 2, 4, 6, 8, 10 } do
-  local reach = 0
-  for i = 1, N do
-    local t0, times = schedule(i, make)
-    for _, t in ipairs(times) do
-      if t - t0 > hold then break end
-      if up(t) then reach = reach + 1 break end
-    end
-  end
+  local reach = reached(make, hold)
   -- each such request: one retry, the one that succeeds
   print(("   held up to %2d s: success <= %.1f%% at amplification %.3f")
     :format(hold, 50 + 50 * reach / N, 1 + reach / (2 * N)))
 end
+return O
