@@ -601,6 +601,13 @@ for _, m in ipairs(measured) do
 end
 print(("\ntargets of the recommended setting: %d checked, %d missed")
   :format(checked, #failures))
+-- flapping at <= 1.5x: reported (bench/flap_oracle.lua: no budget can)
+for _, m in ipairs(measured) do
+  if m.target == "flapload" and (m.rid == "rec" or m.rid == "rec4") then
+    print(("  reported: %s: %s = %.3f"):format(m.what, TARGET.flapload.text,
+      m.value))
+  end
+end
 for _, f in ipairs(failures) do print("  missed: " .. f) end
 
 if option("--markdown", false) then M.markdown(KINDS, results, SETTINGS) end

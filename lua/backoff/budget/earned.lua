@@ -90,8 +90,14 @@ local slice_now, put, flush, advance, count, span_sum = slices.slice_now,
 -- timed out: cost while T <= T_LO (a half-hung upstream: the others
 -- succeed and pay for it), timeout_cost from T_HI on (a hung one: the
 -- late timeouts of its last second come back when the successes do),
--- in between on a straight line.  Thousandths.
-local RECENT, T_LO, T_HI = 3, 0.55, 0.7
+-- in between on a straight line.  Thousandths.  T_LO is 0.58, not
+-- 0.5: a process alone at 10 requests/s sees about 60 attempts in 3
+-- slices, and at 50% hung its T is above 0.55 a fifth of the time (a
+-- standard deviation of 0.065), which cost it 5 of its 100 requests
+-- (bench/outage.lua, 50% hung for 60 s: 94.2% per process, 96.6% at
+-- 0.58); at 0.6 the 80% hung spell's last timeouts come back (1 s of
+-- overload per process)
+local RECENT, T_LO, T_HI = 3, 0.58, 0.7
 
 local function timeout_price(self, i)
   local t, a = slices.recent(self, i, RECENT)
