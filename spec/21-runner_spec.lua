@@ -431,7 +431,8 @@ describe("backoff.retry's deadline", function()
     -- past it already: no attempt at all
     w.now = 6
     r = pack(backoff.retry(p, function() error("called") end))
-    assert.same({ n = 3, nil, nil, "max_actual_duration" }, r)
+    assert.same({ n = 3, nil, "the deadline had passed: no attempt was made",
+      "max_actual_duration" }, r)
   end)
 
   it("does not bunch retries before the deadline", function()

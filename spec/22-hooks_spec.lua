@@ -124,8 +124,10 @@ describe("backoff.retry's on_giveup", function()
       start = 0, clock = function() return 5 end }
     local r = pack(backoff.retry(p, function() called = true end,
       hooks(log)))
-    assert.same({ n = 3, nil, nil, "max_actual_duration" }, r)
-    assert.same({ { "giveup", nil, "max_actual_duration", 0 } }, log)
+    assert.same({ n = 3, nil, "the deadline had passed: no attempt was made",
+      "max_actual_duration" }, r)
+    assert.same({ { "giveup", "the deadline had passed: no attempt was "
+      .. "made", "max_actual_duration", 0 } }, log)
     assert.is_false(called)
   end)
 

@@ -72,10 +72,12 @@ describe("the engine's breaker", function()
       local r = pack(backoff.retry(p, function() calls = calls + 1 end,
         { breaker = br, budget = bud, sleep = w.sleep,
           on_giveup = function(...) gave = pack(...) end }))
-      assert.same({ n = 3, nil, nil, "circuit_open" }, r)
+      assert.same({ n = 3, nil, "circuit open: no attempt was made",
+      "circuit_open" }, r)
       assert.equal(0, calls)
       assert.same({}, bud.log)
-      assert.same({ n = 4, nil, "circuit_open", 0, nil }, gave)
+      assert.same({ n = 4, "circuit open: no attempt was made",
+        "circuit_open", 0, nil }, gave)
     end)
 
   it("hands each attempt's ticket and duration back with its outcome",
@@ -137,7 +139,8 @@ describe("the engine's breaker", function()
     local calls = 0
     local r = pack(http.request(p, function() calls = calls + 1 end,
       { method = "GET", breaker = br }))
-    assert.same({ n = 3, nil, nil, "circuit_open" }, r)
+    assert.same({ n = 3, nil, "circuit open: no attempt was made",
+      "circuit_open" }, r)
     assert.equal(0, calls)
   end)
 

@@ -78,10 +78,12 @@ describe("the breaker through backoff.retry", function()
           return true
         end, { breaker = br, budget = bud, metrics = m,
                on_giveup = function(e, r, a) giveup = { e, r, a } end })
-        assert.same({ nil, nil, "circuit_open" }, { res, err, reason })
+        assert.same({ nil, "circuit open: no attempt was made",
+                      "circuit_open" }, { res, err, reason })
         assert.equal(0, calls)
         assert.same({}, bud.log)
-        assert.same({ nil, "circuit_open", 0 }, giveup)
+        assert.same({ "circuit open: no attempt was made", "circuit_open",
+                      0 }, giveup)
         local c = m:counts()
         assert.same({ 0, 1 }, { c.attempts, c.giveups.circuit_open })
       end)

@@ -38,7 +38,8 @@ describe("a run the breaker refuses", function()
     local calls = 0
     local r = { backoff.retry(policy(w), function() calls = calls + 1
       return true end, { breaker = br, sleep = w.sleep }) }
-    assert.same({ nil, nil, "circuit_open" }, { r[1], r[2], r[3] })
+    assert.same({ nil, "circuit open: no attempt was made",
+                  "circuit_open" }, { r[1], r[2], r[3] })
     assert.equal(0, calls)
     assert.same({}, w.slept)
   end)
@@ -65,7 +66,8 @@ describe("a run the breaker refuses", function()
     local calls, t0 = 0, w.t
     local r = { backoff.retry(policy(w), function() calls = calls + 1
       return true end, { breaker = br, sleep = w.sleep }) }
-    assert.same({ nil, nil, "circuit_open" }, { r[1], r[2], r[3] })
+    assert.same({ nil, "circuit open: no attempt was made",
+                  "circuit_open" }, { r[1], r[2], r[3] })
     assert.equal(0, calls)
     assert.is_true(w.t - t0 <= 1, w.t - t0)
     assert.same({ 0.3, 0.3, 0.3 }, w.slept)
@@ -78,7 +80,8 @@ describe("a run the breaker refuses", function()
     local calls = 0
     local r = { backoff.retry(policy(w, 3), function() calls = calls + 1
       return true end, { breaker = br, sleep = w.sleep }) }
-    assert.same({ nil, nil, "circuit_open" }, { r[1], r[2], r[3] })
+    assert.same({ nil, "circuit open: no attempt was made",
+                  "circuit_open" }, { r[1], r[2], r[3] })
     assert.equal(0, calls)
     assert.equal(2, #w.slept)               -- 3 attempts: 2 waits
   end)

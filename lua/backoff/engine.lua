@@ -57,11 +57,19 @@ Run.__index = Run
 -- the first attempt
 
 -- a run that ends before its first attempt: counted, told to on_giveup
+-- a run that ends before its first attempt has no error of its own:
+-- its err says so (a newcomer's `print(err)` read "nil")
+local NOTHING_TRIED = {
+  circuit_open = "circuit open: no attempt was made",
+  max_actual_duration = "the deadline had passed: no attempt was made",
+}
+
 local function no_attempt(ropts, reason)
+  local err = NOTHING_TRIED[reason]
   if ropts ~= nil and (ropts.metrics or ropts.on_giveup) then
-    ended_badly(ropts, nil, reason, 0, 0)
+    ended_badly(ropts, err, reason, 0, 0)
   end
-  return nil, reason
+  return nil, reason, err
 end
 
 -- the breaker's word on the first attempt: true, ticket, b | nil.  One
@@ -96,7 +104,7 @@ local function timed_start(f, policy, b, now)
 end
 
 --- E.start(door, policy, f, b, ropts) -> t0, timeout, b, now, ticket |
--- nil, reason: the first attempt of a run that needs its start (a
+-- nil, reason, err: the first attempt of a run that needs its start (a
 -- deadline, on_success, a breaker), with nothing built: the breaker's
 -- word (held while it holds), the run's start t0, the attempt's
 -- timeout (never past the deadline; the time left when the policy has
@@ -199,7 +207,7 @@ function E.run(door, policy, f, b, ropts, idem)
   -- (does the first attempt need the clock, or the breaker?)
   if f.duration or ropts ~= nil and (ropts.on_success or ropts.breaker) then
     local t0, timeout, obj, now, ticket = E.start(door, policy, f, b, ropts)
-    if not t0 then return nil, timeout end
+    if not t0 then return nil, timeout, obj end
     run.t0, run.b, run.ts, run.ticket = t0, obj, now, ticket
     run.timeout = run:try_timeout(timeout)    -- (the door's floor)
   end

@@ -121,8 +121,8 @@ function M.request(policy, do_request, opts)
   opts = check_opts(opts) or {}
   local idem, statuses = rules.settings(WHO, opts)
   setup.need_stop(WHO, f, opts)
-  local run, reason = engine.run(DOOR, policy, f, b, opts, idem)
-  if not run then return nil, nil, reason end
+  local run, reason, err = engine.run(DOOR, policy, f, b, opts, idem)
+  if not run then return nil, err, reason end
   return after(run, statuses, do_request,
                setup.call(run, do_request, 1, timeouts_of(run, run.timeout)))
 end

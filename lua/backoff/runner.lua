@@ -132,7 +132,7 @@ end
 local function lean(policy, f, b, ropts, fn)
   local t0, timeout, obj, now, ticket = engine.start(DOOR, policy, f, b,
                                                      ropts)
-  if not t0 then return nil, nil, timeout end
+  if not t0 then return nil, obj, timeout end
   return after_lean(policy, f, obj, ropts, t0, timeout, now, ticket, fn,
                     setup.guarded(ropts and ropts.breaker, ticket, fn, 1,
                                   timeout))
@@ -152,8 +152,8 @@ local function first(method, policy, fn, ropts)
     end
     return lean(policy, f, b, ropts, fn)
   end
-  local run, reason = engine.run(DOOR, policy, f, b, ropts)
-  if not run then return nil, nil, reason end
+  local run, reason, err = engine.run(DOOR, policy, f, b, ropts)
+  if not run then return nil, err, reason end
   return after(run, fn, protect(fn, 1, run.timeout))
 end
 

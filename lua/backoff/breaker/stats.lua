@@ -148,9 +148,10 @@ local function bucket_keys(br, b)
 end
 
 -- the outcome counted in bucket b of the window: the ratio rule it
--- meets, if any, and the bucket's value after it.  A success is judged too, where the window can hold a
--- failure or a slow call: its bucket holds a failure, or this object
--- counted one within the window (see ratios)
+-- meets, if any, and the bucket's value after it.  A success is judged
+-- too, where the window can hold a failure or a slow call: its bucket
+-- holds a failure, or this object counted one within the window (see
+-- ratios)
 local function windowed(br, b, ok, slow)
   bucket_keys(br, b)
   local dict, ttl = br.dict, br.window + br.len
