@@ -241,16 +241,66 @@ end
 ------------------------------------------------------------------------
 -- hedged: each copy in a light thread
 
-local SLEPT = {}                 -- what the sleeper thread returns
+local SLEPT = {}                 -- what a wait that timed out returns
+
+-- The request waits for its copies in its own coroutine: on a
+-- semaphore that each copy posts when it ends (ngx.semaphore, where
+-- lua-resty-core has it and the phase may wait on it), with the time to
+-- the next start as its timeout; elsewhere on ngx.thread.wait with a
+-- sleeper thread for the timeout.  Semaphores are kept per worker for
+-- the next request (drained first).
+local SEMA_PHASES = { rewrite = true, server_rewrite = true,
+                      access = true, content = true, timer = true }
+local LONG = 3600                -- a wait with no limit, in rounds
+local sema_pool, sema_tried = { n = 0 }, false
+
+local function semaphore(phase)
+  if not SEMA_PHASES[phase] then return nil end
+  local mod = package.loaded["ngx.semaphore"]
+  if mod == nil and not sema_tried then
+    sema_tried = true
+    local ok, m = pcall(require, "ngx.semaphore")
+    if ok then mod = m end
+  end
+  if type(mod) ~= "table" or not callable(mod.new) then return nil end
+  local pool = sema_pool
+  if pool.mod ~= mod then
+    pool = { n = 0, mod = mod }
+    sema_pool = pool
+  end
+  local n = pool.n
+  if n > 0 then
+    local s = pool[n]
+    pool[n], pool.n = nil, n - 1
+    return s
+  end
+  return (mod.new(0))
+end
+
+-- the request's semaphore back to the pool, drained (a copy that ended
+-- after the winner posted it); at most 64 kept
+local function release(st)
+  local sem = st.sem
+  st.sem = nil
+  local pool = sema_pool
+  if not sem or pool.n >= 64 then return end
+  while sem:count() > 0 do sem:wait(0) end
+  local n = pool.n + 1
+  pool[n], pool.n = sem, n
+end
 
 local function sleeper(ngx, seconds)
-  ngx.sleep(seconds < 0.001 and 0.001 or seconds)
+  ngx.sleep(seconds)
   return SLEPT
 end
 
--- a copy's thread: the copy, then pcall's results
+-- a copy's thread: the copy, its pcall'd results kept in c.r, and the
+-- semaphore posted
 local function copy_main(st, c, t)
-  return c, tpcall(st.do_request, c.attempt, t, c.token, c.token.peer)
+  c.r = pack(tpcall(st.do_request, c.attempt, t, c.token, c.token.peer))
+  local sem = st.sem
+  if sem then sem:post(1) end
+  return c
 end
 
 -- may a hedge start now (the pace, the pushback)?  Once refused, no
@@ -295,9 +345,28 @@ local function start(st, kind, f)
   return true
 end
 
--- wait for the first copy to end, or `seconds` (nil: no limit):
--- pack(thread_wait's results) without its first
+-- the copy that ended first: its thread reaped (it has ended: no wait)
+local function reap(st)
+  local live = st.live
+  for i = 1, #live do
+    local c = live[i]
+    if c.r then
+      st.ngx.thread.wait(c.thread)
+      return c
+    end
+  end
+  error("backoff.hedge: a copy posted but none ended", 0)   -- never
+end
+
+-- wait for the first copy to end, or `seconds` (nil: no limit): the
+-- copy, or SLEPT
 local function wait_first(st, seconds)
+  if seconds and seconds < 0.001 then seconds = 0.001 end
+  local sem = st.sem
+  if sem then
+    if sem:wait(seconds or LONG) then return reap(st) end
+    return SLEPT
+  end
   local ngx, live = st.ngx, st.live
   local list, n = {}, #live
   for i = 1, n do list[i] = live[i].thread end
@@ -307,13 +376,13 @@ local function wait_first(st, seconds)
     n = n + 1
     list[n] = nap
   end
-  local r = pack(ngx.thread.wait(unpack(list, 1, n)))
-  if nap and r[2] ~= SLEPT then ngx.thread.kill(nap) end
-  if not r[1] then error(r[2], 0) end    -- never: neither thread raises
-  return r
+  local ok, c = ngx.thread.wait(unpack(list, 1, n))
+  if nap and c ~= SLEPT then ngx.thread.kill(nap) end
+  if not ok then error(c, 0) end    -- never: neither thread raises
+  return c
 end
 
--- a copy ended with r (pack(true, c, pcall ok, results...)): the
+-- a copy ended with r (pack(pcall ok, results...)): the
 -- request's results, or nothing to go on
 local function ended(st, c, r)
   local g, o = st.gate, st.o
@@ -323,16 +392,16 @@ local function ended(st, c, r)
     st.peers:done(c.peer_i, now - c.t0, now)
   end
   local took = g:now() - c.t0
-  if not r[3] then failed_hard(st, c, took, r[4]) end
-  local verdict, info = judge(o, r, 4)
+  if not r[1] then failed_hard(st, c, took, r[2]) end
+  local verdict, info = judge(o, r, 2)
   if verdict == "answer" then
     observe(st, took)
-    return true, answered(st, c, r, 4, info)
+    return true, answered(st, c, r, 2, info)
   elseif verdict == "bad" then
     failed_hard(st, c, took, nil, info)
   end
   g:failed(c.attempt, took)
-  if info.res ~= nil then pushback(st, r, 4) end
+  if info.res ~= nil then pushback(st, r, 2) end
   if info.status then
     observe(st, took)
   elseif info.timeout then
@@ -369,9 +438,8 @@ local function await(st, nx, now)
   if deadline and not (wait and wait < deadline - now) then
     wait = deadline - now
   end
-  local r = wait_first(st, wait)
-  local c = r[2]
-  if c ~= SLEPT then return ended(st, c, r) end
+  local c = wait_first(st, wait)
+  if c ~= SLEPT then return ended(st, c, c.r) end
   if deadline and g:now() >= deadline then
     cancel_all(st)
     return true, give_up(st, st.last or { err = "timeout" },
@@ -380,13 +448,39 @@ local function await(st, nx, now)
   return false
 end
 
+-- no hedge can start (the pace refuses one now, or a pushback holds):
+-- copy 1 runs in the request's coroutine, with no thread and no wait;
+-- true and the results, or false (it failed: the loop goes on)
+local function inline_first(st)
+  local g = st.gate
+  local ok, t = g:start(1, "first")
+  if not ok then return true, give_up(st, nil, t) end
+  local pk, peer, pi = st.peers, nil, nil
+  local t0 = g:now()
+  if pk then peer, pi = pk:choose(1, t0) end
+  local c = { attempt = 1, kind = "first", t0 = t0, peer_i = pi,
+              token = new_token(1, peer) }
+  c.r = pack(tpcall(st.do_request, 1, timeouts_of(st, t), c.token, peer))
+  return ended(st, c, c.r)
+end
+
+-- the first copy, in a thread with the hedge planned after the delay,
+-- or inline: true and the results when the request ended already
+local function first_copy(st)
+  local g = st.gate
+  if st.no_hedge then
+    return inline_first(st)
+  end
+  if not start(st, "first") then return true, give_up(st, nil, st.stopped) end
+  st.next = { at = g:now() + st.delay, kind = "hedge" }
+  return false
+end
+
 -- the loop: start the copy that is due, else wait
 local function hedged(st)
   local g = st.gate
-  if not start(st, "first") then return give_up(st, nil, st.stopped) end
-  if st.f.max_attempts > 1 then
-    st.next = { at = g:now() + st.delay, kind = "hedge" }
-  end
+  local done = pack(first_copy(st))
+  if done[1] then return unpack(done, 2, done.n) end
   while true do
     local nx, now = planned(st), g:now()
     if nx and now >= nx.at then
@@ -397,11 +491,13 @@ local function hedged(st)
     elseif not nx and #st.live == 0 then
       return give_up(st, st.last, st.stopped or "max_attempts")
     else
-      local done = pack(await(st, nx, now))
+      done = pack(await(st, nx, now))
       if done[1] then return unpack(done, 2, done.n) end
     end
   end
 end
+
+local function run_hedged(st) return pack(hedged(st)) end
 
 ------------------------------------------------------------------------
 -- the door
@@ -416,7 +512,7 @@ function M.request(policy, do_request, opts)
                 .. options.USAGE)
   end
   local o = options.compile(opts, f, policy)
-  local ngx = options.threads()
+  local ngx, phase = options.threads()
   local st = { o = o, f = f, do_request = do_request, ngx = ngx,
     gate = gate_mod.new(policy, f, b, o), live = {}, hints = 0,
     hedges = 0, peers = peers_mod.chooser(o.peers) }
@@ -428,11 +524,19 @@ function M.request(policy, do_request, opts)
                 .. "number of seconds >= 0 (got " .. repr(d) .. ")")
   end
   st.delay = d
-  local fine, r = setup.ypcall(function() return pack(hedged(st)) end)
+  -- may a hedge start at all?  When the pace already refuses one (or
+  -- the policy allows one copy), copy 1 runs without a thread
+  if f.max_attempts <= 1 then
+    st.no_hedge = "max_attempts"
+  elseif hedge_allowed(st) then
+    st.sem = semaphore(phase)
+  end
+  local fine, r = setup.ypcall(run_hedged, st)
   if not fine then
     cancel_all(st)
     error(r, 0)
   end
+  release(st)
   return unpack(r, 1, r.n)
 end
 
