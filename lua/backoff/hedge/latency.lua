@@ -82,8 +82,9 @@ local NAMES, GROUPS = {}, {}
 for b = 0, BUCKETS - 1 do NAMES[b] = ":" .. b end
 for g = 0, BUCKETS / PER_OCTAVE - 1 do GROUPS[g] = ":g" .. g end
 
--- n latencies in series name (a bucket, a group) of slice i; a count that cannot be kept (a
--- full dict) is said once per estimator in the error log
+-- n latencies in series name (a bucket, a group) of slice i; a count
+-- that cannot be kept (a full dict) is said once per estimator in the
+-- error log
 local function put(self, name, n, i)
   local ok, err = self.win:add(name, n, i)
   if not ok and not self.warned then
