@@ -15,7 +15,10 @@
 -- CPU (utime + stime from /proc) per request of each route against the
 -- unhedged route's.  nginx runs under `timeout`, stopped by its pid.
 --   lua5.4 bench/hedge.lua ROOT
--- Settings (environment): MIXES (all: c5,b10,slow,queue,peers),
+-- The down mix sends every copy to a port where nothing listens: its
+-- extra load is the front's connects (counted per run) over its
+-- requests.
+-- Settings (environment): MIXES (all: c5,b10,slow,queue,peers,down),
 -- SECONDS (each mix's own: 8), DELAY (0.01), PERCENTILE (90), MIN_DELAY
 -- (0.005), MAX_DELAY (1), PERCENT (10), MIN_PER_SECOND (1).
 local ROOT = assert(arg[1], "usage: hedge.lua ROOT")
@@ -35,7 +38,7 @@ local S = { DELAY = setting("DELAY", 0.01),
   MAX_DELAY = setting("MAX_DELAY", 1), PERCENT = setting("PERCENT", 10),
   MIN_PER_SECOND = setting("MIN_PER_SECOND", 1) }
 local MIXES = {}
-for name in (os.getenv("MIXES") or "c5,b10,slow,queue,peers")
+for name in (os.getenv("MIXES") or "c5,b10,slow,queue,peers,down")
             :gmatch("[^,]+") do
   MIXES[#MIXES + 1] = assert(ALL[name], "no mix " .. name)
 end
@@ -102,6 +105,14 @@ local function run_mix(ports, mix, results)
     local cpu0 = front_cpu()
     local r = go(route, "run", tag, mix.rate, seconds)
     r.cpu = front_cpu() - cpu0
+    if mix.down then
+      r.connects = tonumber((H.get(ports.front, "/connects?tag=" .. tag,
+                                   5)))
+      -- the requests that paid into this route's budget in the window
+      -- before the run: the adaptive route's warm-up
+      r.before = (route == "adaptive" and not mix.calm) and mix.rate * 2
+                 or 0
+    end
     r.mix, r.route, r.tag = mix, route, tag
     results[#results + 1] = r
   end
@@ -109,9 +120,10 @@ end
 
 local function main()
   local ports = { front = H.free_port(), up = H.free_port(),
-                  load = H.free_port() }
+                  load = H.free_port(), down = H.free_port() }
   local total = 600
-  local vars = { ROOT = ROOT, PORT = ports.front, UP = ports.up }
+  local vars = { ROOT = ROOT, PORT = ports.front, UP = ports.up,
+                 DOWN = ports.down }
   for k, v in pairs(S) do vars[(k:gsub("_", ""))] = tostring(v) end
   start(UP, "/bench/hedge_up.conf.in", { ROOT = ROOT, PORT = ports.up },
         total)
@@ -185,6 +197,21 @@ local function worst_window(f, u)
   return worst, at
 end
 
+-- the upstream down: errors no worse than one copy's (1% of the
+-- requests for noise), and the extra connects bounded by the budget:
+-- PERCENT% of the requests of the run and of the window before it, and
+-- the reserve (MIN_PER_SECOND x its 10 s window) once per window the
+-- run reaches into
+local function down_targets(target, name, r, none)
+  target(r.errors <= none.errors + 0.01 * r.n, ("%s: %d errors <= the "
+    .. "unhedged %d + 1%%"):format(name, r.errors, none.errors))
+  local most = (S.PERCENT / 100 * (r.front + r.before)
+    + S.MIN_PER_SECOND * 10 * math.ceil(r.seconds / 10)) / r.front
+  target(r.extra <= most, ("%s: %.1f%% extra connects <= %.1f%% (the "
+    .. "budget: %s%% of %d requests, and its reserve)"):format(name,
+    r.extra * 100, most * 100, S.PERCENT, r.front + r.before))
+end
+
 local function report(results)
   local front, up = starts(SUT .. "/logs/front.log"),
                     starts(UP .. "/logs/up.log")
@@ -195,6 +222,7 @@ local function report(results)
   for _, r in ipairs(results) do
     local f, u = front[r.tag], up[r.tag]
     r.front, r.up = f and f.n or 0, u and u.n or 0
+    if r.connects then r.up = r.connects end
     r.extra = r.front > 0 and (r.up - r.front) / r.front or 0
     r.us = r.front > 0 and r.cpu * 1e6 / r.front or 0
     r.window, r.window_at = worst_window(f, u)
@@ -228,8 +256,12 @@ local function report(results)
           .. "the unhedged %s ms + 2 ms"):format(name, ms(r.p99),
           ms(none.p99)))
       end
-      target(r.extra <= S.PERCENT / 100, ("%s: %.1f%% extra upstream "
-        .. "requests <= %s%%"):format(name, r.extra * 100, S.PERCENT))
+      if mix.down then
+        down_targets(target, name, r, none)
+      else
+        target(r.extra <= S.PERCENT / 100, ("%s: %.1f%% extra upstream "
+          .. "requests <= %s%%"):format(name, r.extra * 100, S.PERCENT))
+      end
       if mix.windows then
         target(r.window <= S.PERCENT / 100, ("%s: the worst 1 s window "
           .. "after the first: %.1f%% extra (second %d) <= %s%%"):format(
