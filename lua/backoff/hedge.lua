@@ -37,6 +37,7 @@ local pace_mod = require "backoff.hedge.pace"
 local options = require "backoff.hedge.options"
 local token = require "backoff.hedge.token"
 local peers_mod = require "backoff.hedge.peers"
+local wait = require "backoff.hedge.wait"
 local hint_mod = require "backoff.http.hint"
 
 local error, pcall, select, tonumber, type =
@@ -241,59 +242,6 @@ end
 ------------------------------------------------------------------------
 -- hedged: each copy in a light thread
 
-local SLEPT = {}                 -- what a wait that timed out returns
-
--- The request waits for its copies in its own coroutine: on a
--- semaphore that each copy posts when it ends (ngx.semaphore, where
--- lua-resty-core has it and the phase may wait on it), with the time to
--- the next start as its timeout; elsewhere on ngx.thread.wait with a
--- sleeper thread for the timeout.  Semaphores are kept per worker for
--- the next request (drained first).
-local SEMA_PHASES = { rewrite = true, server_rewrite = true,
-                      access = true, content = true, timer = true }
-local LONG = 3600                -- a wait with no limit, in rounds
-local sema_pool, sema_tried = { n = 0 }, false
-
-local function semaphore(phase)
-  if not SEMA_PHASES[phase] then return nil end
-  local mod = package.loaded["ngx.semaphore"]
-  if mod == nil and not sema_tried then
-    sema_tried = true
-    local ok, m = pcall(require, "ngx.semaphore")
-    if ok then mod = m end
-  end
-  if type(mod) ~= "table" or not callable(mod.new) then return nil end
-  local pool = sema_pool
-  if pool.mod ~= mod then
-    pool = { n = 0, mod = mod }
-    sema_pool = pool
-  end
-  local n = pool.n
-  if n > 0 then
-    local s = pool[n]
-    pool[n], pool.n = nil, n - 1
-    return s
-  end
-  return (mod.new(0))
-end
-
--- the request's semaphore back to the pool, drained (a copy that ended
--- after the winner posted it); at most 64 kept
-local function release(st)
-  local sem = st.sem
-  st.sem = nil
-  local pool = sema_pool
-  if not sem or pool.n >= 64 then return end
-  while sem:count() > 0 do sem:wait(0) end
-  local n = pool.n + 1
-  pool[n], pool.n = sem, n
-end
-
-local function sleeper(ngx, seconds)
-  ngx.sleep(seconds)
-  return SLEPT
-end
-
 -- a copy's thread: the copy, its pcall'd results kept in c.r, and the
 -- semaphore posted
 local function copy_main(st, c, t)
@@ -343,43 +291,6 @@ local function start(st, kind, f)
     on_hedge(f and f.err, attempt, f and f.res)
   end
   return true
-end
-
--- the copy that ended first: its thread reaped (it has ended: no wait)
-local function reap(st)
-  local live = st.live
-  for i = 1, #live do
-    local c = live[i]
-    if c.r then
-      st.ngx.thread.wait(c.thread)
-      return c
-    end
-  end
-  error("backoff.hedge: a copy posted but none ended", 0)   -- never
-end
-
--- wait for the first copy to end, or `seconds` (nil: no limit): the
--- copy, or SLEPT
-local function wait_first(st, seconds)
-  if seconds and seconds < 0.001 then seconds = 0.001 end
-  local sem = st.sem
-  if sem then
-    if sem:wait(seconds or LONG) then return reap(st) end
-    return SLEPT
-  end
-  local ngx, live = st.ngx, st.live
-  local list, n = {}, #live
-  for i = 1, n do list[i] = live[i].thread end
-  local nap
-  if seconds then
-    nap = ngx.thread.spawn(sleeper, ngx, seconds)
-    n = n + 1
-    list[n] = nap
-  end
-  local ok, c = ngx.thread.wait(unpack(list, 1, n))
-  if nap and c ~= SLEPT then ngx.thread.kill(nap) end
-  if not ok then error(c, 0) end    -- never: neither thread raises
-  return c
 end
 
 -- a copy ended with r (pack(pcall ok, results...)): the
@@ -433,13 +344,13 @@ end
 -- true and the request's results, or false (nothing to return yet)
 local function await(st, nx, now)
   local g = st.gate
-  local wait = nx and nx.at - now
+  local pause = nx and nx.at - now
   local deadline = g.deadline
-  if deadline and not (wait and wait < deadline - now) then
-    wait = deadline - now
+  if deadline and not (pause and pause < deadline - now) then
+    pause = deadline - now
   end
-  local c = wait_first(st, wait)
-  if c ~= SLEPT then return ended(st, c, c.r) end
+  local c = wait.first(st, pause)
+  if c ~= wait.SLEPT then return ended(st, c, c.r) end
   if deadline and g:now() >= deadline then
     cancel_all(st)
     return true, give_up(st, st.last or { err = "timeout" },
@@ -529,14 +440,14 @@ function M.request(policy, do_request, opts)
   if f.max_attempts <= 1 then
     st.no_hedge = "max_attempts"
   elseif hedge_allowed(st) then
-    st.sem = semaphore(phase)
+    st.sem = wait.semaphore(phase)
   end
   local fine, r = setup.ypcall(run_hedged, st)
   if not fine then
     cancel_all(st)
     error(r, 0)
   end
-  release(st)
+  wait.release(st)
   return unpack(r, 1, r.n)
 end
 
