@@ -224,12 +224,13 @@ end
 -- requests for noise), and the extra connects bounded by the budget:
 -- PERCENT% of the requests of the run and of the window before it, and
 -- the reserve (MIN_PER_SECOND x its 10 s window) once per window the
--- run reaches into
+-- run's 1 s slices reach into (a 10 s run spans 11 slices: its first
+-- slice's withdrawals leave the window before its end)
 local function down_targets(target, name, r, none)
   target(r.errors <= none.errors + 0.01 * r.n, ("%s: %d errors <= the "
     .. "unhedged %d + 1%%"):format(name, r.errors, none.errors))
   local most = (S.PERCENT / 100 * (r.front + r.before)
-    + S.MIN_PER_SECOND * 10 * math.ceil(r.seconds / 10)) / r.front
+    + S.MIN_PER_SECOND * 10 * math.ceil((r.seconds + 1) / 10)) / r.front
   target(r.extra <= most, ("%s: %.1f%% extra connects <= %.1f%% (the "
     .. "budget: %s%% of %d requests, and its reserve)"):format(name,
     r.extra * 100, most * 100, S.PERCENT, r.front + r.before))
