@@ -96,6 +96,21 @@ describe("backoff.hedge, cheap paths", function()
     assert.equal(0, fake.running())
   end)
 
+  it("goes on with the sleeper when the semaphore refuses to wait",
+     function()
+    local new = fake.semaphore.new
+    package.loaded["ngx.semaphore"] = { new = function(n)
+      local sem = new(n)
+      function sem.wait() return nil, "API disabled in the context" end
+      return sem
+    end }
+    local u = upstream(fake, { { 1, { 500 } }, { 0.01, { 201 } } })
+    assert.equal(201, hedge.request(p, u.fn, opts()))
+    assert.near(1000.05, u.starts[2], 1e-9)
+    assert.same({ "start 1", "start 2", "read 2", "close 1" }, u.log)
+    assert.equal(0, fake.running())
+  end)
+
   it("runs copy 1 in the request's coroutine when the pace refuses a "
      .. "hedge at the start: no thread, no hedge", function()
     local pc = hedge.pace { clock = fake.clock, shared = false }

@@ -86,8 +86,12 @@ function M.first(st, seconds)
   if seconds and seconds < 0.001 then seconds = 0.001 end
   local sem = st.sem
   if sem then
-    if sem:wait(seconds or LONG) then return reap(st) end
-    return SLEPT
+    local ok, err = sem:wait(seconds or LONG)
+    if ok then return reap(st) end
+    if err == "timeout" then return SLEPT end
+    -- the semaphore cannot be waited on here: this request goes on with
+    -- the sleeper (its copies post no more)
+    st.sem = nil
   end
   local ngx, live = st.ngx, st.live
   local list, n = {}, #live
