@@ -107,15 +107,22 @@ local function recorder(route)
   return m
 end
 
--- one copy: GET /up over a pooled cosocket, the whole answer read
-local function fetch(path, t, cancel)
+-- one copy: GET /up over a pooled cosocket, the whole answer read;
+-- with `down` (a tag), to a port where nothing listens, each connect
+-- counted under the tag
+local function fetch(path, t, cancel, down)
   local sock = cancel:on_cancel(ngx.socket.tcp())
   if t then
     sock:settimeouts(t.connect, t.send, t.read)
   else
     sock:settimeouts(5000, 5000, 5000)
   end
-  local ok, err = sock:connect("127.0.0.1", S.up)
+  local port = S.up
+  if down then
+    port = S.down
+    ngx.shared.metrics:incr("connects:" .. down, 1, 0)
+  end
+  local ok, err = sock:connect("127.0.0.1", port)
   if not ok then return nil, err, "connect" end
   ok, err = sock:send("GET " .. path .. " HTTP/1.1\r\nHost: up\r\n\r\n")
   if not ok then sock:close() return nil, err, "send" end
@@ -136,6 +143,11 @@ local function fetch(path, t, cancel)
   if not body then sock:close() return nil, err, "read" end
   sock:setkeepalive(30000, 1024)
   return status
+end
+
+-- /connects?tag=T: the connects a down mix's run made
+function app.connects()
+  ngx.say(ngx.shared.metrics:get("connects:" .. ngx.var.arg_tag) or 0)
 end
 
 -- a cancel token that is never cancelled, for the unhedged route
@@ -162,9 +174,12 @@ function app.route(route)
   local base = ("/up?seq=%s&mix=%s&phase=%s&tag=%s&route=%s&a=")
     :format(v.arg_seq, mix.name, v.arg_phase, v.arg_tag, route)
   local peers = peers_of(mix)
+  local down = mix.down and v.arg_tag or nil
   local function do_request(a, t, cancel, peer)
-    if peer then return fetch(base .. a .. "&peer=" .. peer, t, cancel) end
-    return fetch(base .. a, t, cancel)
+    if peer then
+      return fetch(base .. a .. "&peer=" .. peer, t, cancel, down)
+    end
+    return fetch(base .. a, t, cancel, down)
   end
   local status, err
   if route == "none" then

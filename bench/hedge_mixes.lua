@@ -11,6 +11,8 @@
 --                       others answer as fast/slow say)
 --   calm                a calm run first (same budget, pace and
 --                       estimator: the slow episode starts after it)
+--   down                the upstream is down: every connect is refused
+--                       (the front counts its connects)
 local M = {
   { name = "c5", what = "5% of copies at 200 ms (the budget's half)",
     rate = 300, seconds = 8, fast = 0.002, slow = 0.2, share = 0.05,
@@ -33,6 +35,10 @@ local M = {
     rate = 200, seconds = 8, fast = 0.002, slow = 0.002, share = 0,
     peers = 4, peer_queue = { [1] = { slots = 1, mean = 0.018 } },
     routes = { "none", "fixed", "adaptive" }, cut = 0.2 },
+  { name = "down", what = "the upstream down for 10 s (every connect "
+      .. "refused)",
+    rate = 200, seconds = 10, down = true,
+    routes = { "none", "fixed", "adaptive" } },
 }
 for _, m in ipairs(M) do M[m.name] = m end
 return M

@@ -657,12 +657,24 @@ describe("backoff.hedge", function()
                             min_samples = 1 }
         for _ = 1, 20 do a:observe(0.05) end
         for _ = 1, 20 do other:observe(0.001) end
+        -- a worker's latencies reach the dict in one incr per bucket
+        -- (and one per octave), before it reads the histogram or slice
+        -- / 8 s later
+        assert.equal(0, b:samples())
+        local incrs = d.incrs
+        a:delay()
+        assert.equal(incrs + 2, d.incrs)
         assert.equal(20, b:samples())
         assert.is_true(b:delay() >= 0.05)
         assert.is_true(other:delay() < 0.002)
-        local incrs = d.incrs
+        incrs = d.incrs
         a:observe(0.05)
-        assert.equal(incrs + 1, d.incrs)
+        a:observe(0.002)
+        assert.equal(incrs, d.incrs)
+        fake.t = fake.t + 0.25
+        a:observe(0.05)
+        assert.equal(incrs + 4, d.incrs)
+        assert.equal(22, b:samples())
       end)
 
     it("reads the dict at most every span / 40 seconds", function()

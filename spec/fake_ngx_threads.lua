@@ -11,6 +11,7 @@
 -- terminated" when it has, "already waited or killed").  sleep(s) in a
 -- thread yields until the clock reaches now + s; in the entry code (no
 -- thread) it runs the threads due meanwhile and moves the clock.
+-- f.semaphore is ngx.semaphore's shape (see below).
 -- Extras for the specs:
 --   f.phase         what get_phase() answers (default "content")
 --   f.clock         a function giving the virtual time (for options)
@@ -123,6 +124,41 @@ return function()
       return nil, "already terminated"
     end
     return nil, "already waited or killed"
+  end
+
+  -- ngx.semaphore's shape (new, post, count, wait), for a spec to put
+  -- in package.loaded["ngx.semaphore"]; waited on from the entry code:
+  -- the threads due run, the clock moves, until a post or the timeout
+  f.semaphore = {}
+  f.semaphores = 0
+  function f.semaphore.new(n)
+    f.semaphores = f.semaphores + 1
+    local sem = { n = n or 0 }
+    function sem.post(self, k) self.n = self.n + (k or 1) end
+    function sem.count(self) return self.n end
+    function sem.wait(self, timeout)
+      assert(not current, "fake ngx: a semaphore waited on in a thread")
+      local wake = f.t + (timeout or 0)
+      while self.n <= 0 do
+        local th = earliest()
+        if not th or th.wake > wake then break end
+        step()
+        -- the others due by now run in the same round (nginx runs every
+        -- expired timer before the waiter resumes): two may post
+        th = earliest()
+        while th and th.wake <= f.t do
+          step()
+          th = earliest()
+        end
+      end
+      if self.n > 0 then
+        self.n = self.n - 1
+        return true
+      end
+      if wake > f.t then f.t = wake end
+      return nil, "timeout"
+    end
+    return sem
   end
 
   -- threads neither ended nor killed (a hedge must leave none)

@@ -37,6 +37,7 @@ local pace_mod = require "backoff.hedge.pace"
 local options = require "backoff.hedge.options"
 local token = require "backoff.hedge.token"
 local peers_mod = require "backoff.hedge.peers"
+local wait = require "backoff.hedge.wait"
 local hint_mod = require "backoff.http.hint"
 
 local error, pcall, select, tonumber, type =
@@ -241,16 +242,13 @@ end
 ------------------------------------------------------------------------
 -- hedged: each copy in a light thread
 
-local SLEPT = {}                 -- what the sleeper thread returns
-
-local function sleeper(ngx, seconds)
-  ngx.sleep(seconds < 0.001 and 0.001 or seconds)
-  return SLEPT
-end
-
--- a copy's thread: the copy, then pcall's results
+-- a copy's thread: the copy, its pcall'd results kept in c.r, and the
+-- semaphore posted
 local function copy_main(st, c, t)
-  return c, tpcall(st.do_request, c.attempt, t, c.token, c.token.peer)
+  c.r = pack(tpcall(st.do_request, c.attempt, t, c.token, c.token.peer))
+  local sem = st.sem
+  if sem then sem:post(1) end
+  return c
 end
 
 -- may a hedge start now (the pace, the pushback)?  Once refused, no
@@ -295,25 +293,7 @@ local function start(st, kind, f)
   return true
 end
 
--- wait for the first copy to end, or `seconds` (nil: no limit):
--- pack(thread_wait's results) without its first
-local function wait_first(st, seconds)
-  local ngx, live = st.ngx, st.live
-  local list, n = {}, #live
-  for i = 1, n do list[i] = live[i].thread end
-  local nap
-  if seconds then
-    nap = ngx.thread.spawn(sleeper, ngx, seconds)
-    n = n + 1
-    list[n] = nap
-  end
-  local r = pack(ngx.thread.wait(unpack(list, 1, n)))
-  if nap and r[2] ~= SLEPT then ngx.thread.kill(nap) end
-  if not r[1] then error(r[2], 0) end    -- never: neither thread raises
-  return r
-end
-
--- a copy ended with r (pack(true, c, pcall ok, results...)): the
+-- a copy ended with r (pack(pcall ok, results...)): the
 -- request's results, or nothing to go on
 local function ended(st, c, r)
   local g, o = st.gate, st.o
@@ -323,16 +303,16 @@ local function ended(st, c, r)
     st.peers:done(c.peer_i, now - c.t0, now)
   end
   local took = g:now() - c.t0
-  if not r[3] then failed_hard(st, c, took, r[4]) end
-  local verdict, info = judge(o, r, 4)
+  if not r[1] then failed_hard(st, c, took, r[2]) end
+  local verdict, info = judge(o, r, 2)
   if verdict == "answer" then
     observe(st, took)
-    return true, answered(st, c, r, 4, info)
+    return true, answered(st, c, r, 2, info)
   elseif verdict == "bad" then
     failed_hard(st, c, took, nil, info)
   end
   g:failed(c.attempt, took)
-  if info.res ~= nil then pushback(st, r, 4) end
+  if info.res ~= nil then pushback(st, r, 2) end
   if info.status then
     observe(st, took)
   elseif info.timeout then
@@ -364,11 +344,10 @@ end
 -- true and the request's results, or false (nothing to return yet)
 local function await(st, nx, now)
   local run = st.gate.run
-  local wait, left = nx and nx.at - now, run:left(now)
-  if left and not (wait and wait < left) then wait = left end
-  local r = wait_first(st, wait)
-  local c = r[2]
-  if c ~= SLEPT then return ended(st, c, r) end
+  local pause, left = nx and nx.at - now, run:left(now)
+  if left and not (pause and pause < left) then pause = left end
+  local c = wait.first(st, pause)
+  if c ~= wait.SLEPT then return ended(st, c, c.r) end
   if run:overdue() then
     cancel_all(st)
     return true, give_up(st, st.last or { err = "timeout" },
@@ -377,13 +356,41 @@ local function await(st, nx, now)
   return false
 end
 
--- the loop: start the copy that is due, else wait
-local function hedged(st)
+-- no hedge can start (the pace refuses one now, or a pushback holds):
+-- copy 1 runs in the request's coroutine, with no thread and no wait;
+-- true and the results, or false (it failed: the loop goes on)
+local function inline_first(st)
   local g = st.gate
-  if not start(st, "first") then return give_up(st, nil, st.stopped) end
+  local ok, t = g:start(1, "first")
+  if not ok then return true, give_up(st, nil, t) end
+  local pk, peer, pi = st.peers, nil, nil
+  local t0 = g:now()
+  if pk then peer, pi = pk:choose(1, t0) end
+  local c = { attempt = 1, kind = "first", t0 = t0, peer_i = pi,
+              token = new_token(1, peer) }
+  c.r = pack(tpcall(st.do_request, 1, timeouts_of(st, t), c.token, peer))
+  return ended(st, c, c.r)
+end
+
+-- the first copy, in a thread with the hedge planned after the delay,
+-- or inline: true and the results when the request ended already
+local function first_copy(st)
+  local g = st.gate
+  if st.no_hedge then
+    return inline_first(st)
+  end
+  if not start(st, "first") then return true, give_up(st, nil, st.stopped) end
   if not g.run:spent() then
     st.next = { at = g:now() + st.delay, kind = "hedge" }
   end
+  return false
+end
+
+-- the loop: start the copy that is due, else wait
+local function hedged(st)
+  local g = st.gate
+  local done = pack(first_copy(st))
+  if done[1] then return unpack(done, 2, done.n) end
   while true do
     local nx, now = planned(st), g:now()
     if nx and now >= nx.at then
@@ -394,11 +401,13 @@ local function hedged(st)
     elseif not nx and #st.live == 0 then
       return give_up(st, st.last, st.stopped or "max_attempts")
     else
-      local done = pack(await(st, nx, now))
+      done = pack(await(st, nx, now))
       if done[1] then return unpack(done, 2, done.n) end
     end
   end
 end
+
+local function run_hedged(st) return pack(hedged(st)) end
 
 ------------------------------------------------------------------------
 -- the door
@@ -413,7 +422,7 @@ function M.request(policy, do_request, opts)
                 .. options.USAGE)
   end
   local o = options.compile(opts, f, policy)
-  local ngx = options.threads()
+  local ngx, phase = options.threads()
   local st = { o = o, f = f, do_request = do_request, ngx = ngx,
     gate = gate_mod.new(policy, f, b, o), live = {}, hints = 0,
     hedges = 0, peers = peers_mod.chooser(o.peers) }
@@ -425,11 +434,19 @@ function M.request(policy, do_request, opts)
                 .. "number of seconds >= 0 (got " .. repr(d) .. ")")
   end
   st.delay = d
-  local fine, r = setup.ypcall(function() return pack(hedged(st)) end)
+  -- may a hedge start at all?  When the pace already refuses one (or
+  -- the policy allows one copy), copy 1 runs without a thread
+  if f.max_attempts <= 1 then
+    st.no_hedge = "max_attempts"
+  elseif hedge_allowed(st) then
+    st.sem = wait.semaphore(phase)
+  end
+  local fine, r = setup.ypcall(run_hedged, st)
   if not fine then
     cancel_all(st)
     error(r, 0)
   end
+  wait.release(st)
   return unpack(r, 1, r.n)
 end
 

@@ -17,8 +17,11 @@
 -- bounded by min_delay and max_delay; max_delay while the span holds
 -- fewer than min_samples latencies.
 --
--- Shared by the workers with no lock: each latency is one dict:incr of
--- its slice's bucket (init 0, expiring after span + one slice).  Each
+-- Shared by the workers with no lock: a worker counts its latencies in
+-- memory and adds them, one dict:incr per bucket of a slice (init 0,
+-- expiring after span + one slice), when the slice ends, slice / 8
+-- seconds after the first, or before it reads the histogram: the other
+-- workers see them at most that late.  Each
 -- worker reads the histogram at most every slice / 8 seconds and keeps
 -- the delay meanwhile: the slices before the last are summed once per
 -- slice (no one writes them any more), the last and the current are
@@ -32,8 +35,8 @@ local util = require "backoff.util"
 local store = require "backoff.store"
 local window = require "backoff.store.window"
 
-local error, floor, getmetatable, log, setmetatable, type =
-      error, math.floor, getmetatable, math.log, setmetatable, type
+local error, floor, getmetatable, log, pairs, setmetatable, type =
+      error, math.floor, getmetatable, math.log, pairs, setmetatable, type
 local huge = math.huge
 local repr, raise = util.repr, check_mod.raise
 
@@ -72,14 +75,18 @@ end
 ------------------------------------------------------------------------
 -- the histogram's storage: a slice's bucket counts
 
--- the window's series of bucket b
-local NAMES = {}
+-- the window's series of bucket b, and of group g (the count of its
+-- octave: buckets 4g to 4g + 3), so that a reader asks only for the
+-- buckets of the octaves that hold latencies
+local NAMES, GROUPS = {}, {}
 for b = 0, BUCKETS - 1 do NAMES[b] = ":" .. b end
+for g = 0, BUCKETS / PER_OCTAVE - 1 do GROUPS[g] = ":g" .. g end
 
--- one latency in bucket b; a count that cannot be kept (a full dict) is
--- said once per estimator in the error log
-local function put(self, b)
-  local ok, err = self.win:add(NAMES[b], 1)
+-- n latencies in series name (a bucket, a group) of slice i; a count
+-- that cannot be kept (a full dict) is said once per estimator in the
+-- error log
+local function put(self, name, n, i)
+  local ok, err = self.win:add(name, n, i)
   if not ok and not self.warned then
     self.warned = true
     store.log("WARN", CTOR, ": latencies lost for '", self.key, "': ", err,
@@ -87,22 +94,73 @@ local function put(self, b)
   end
 end
 
+-- A worker keeps its latencies in memory, per bucket, and adds them to
+-- the histogram (one incr per bucket) when their slice ends, `refresh`
+-- seconds after the first, or before it reads the histogram
+local function flush(self)
+  local pend = self.pend
+  if self.npend == 0 then return end
+  local i = self.pend_i
+  self.pend, self.npend = {}, 0
+  local groups = {}
+  for b, n in pairs(pend) do
+    put(self, NAMES[b], n, i)
+    local g = floor(b / PER_OCTAVE)
+    groups[g] = (groups[g] or 0) + n
+  end
+  for g, n in pairs(groups) do put(self, GROUPS[g], n, i) end
+end
+
 ------------------------------------------------------------------------
 -- the estimate
 
--- the counts of the span now, per bucket, and their sum
-local function histogram(self, i)
-  local win, h, n = self.win, {}, 0
+-- slice j's counts per bucket added to t (the buckets of the octaves
+-- whose group count is not 0)
+local function add_slice(win, t, j)
+  for g = 0, BUCKETS / PER_OCTAVE - 1 do
+    if win:get(GROUPS[g], j) > 0 then
+      for b = g * PER_OCTAVE, g * PER_OCTAVE + PER_OCTAVE - 1 do
+        t[b] = t[b] + win:get(NAMES[b], j)
+      end
+    end
+  end
+  return t
+end
+
+local function zeros()
+  local t = {}
+  for b = 0, BUCKETS - 1 do t[b] = 0 end
+  return t
+end
+
+-- the counts of the span now (slice i), per bucket, and their sum: the
+-- slices before the last are summed once per slice (no one writes them
+-- any more); the last is read afresh until `refresh` seconds into this
+-- slice (the workers' latencies of its end arrive by then), then kept;
+-- this slice afresh
+local function histogram(self, i, now)
+  local win = self.win
+  if self.old_i ~= i then
+    local old = zeros()
+    for j = i - SLICES + 1, i - 2 do add_slice(win, old, j) end
+    self.old, self.old_i, self.last = old, i, nil
+  end
+  local last = self.last
+  if not last then
+    last = add_slice(win, zeros(), i - 1)
+    if now >= i * self.len + self.refresh then self.last = last end
+  end
+  local h, n, old = add_slice(win, zeros(), i), 0, self.old
   for b = 0, BUCKETS - 1 do
-    local c = win:sum(NAMES[b], i)
+    local c = h[b] + old[b] + last[b]
     h[b], n = c, n + c
   end
   return h, n
 end
 
 -- the delay now, read afresh
-local function estimate(self, i)
-  local h, n = histogram(self, i)
+local function estimate(self, i, now)
+  local h, n = histogram(self, i, now)
   self.n = n
   if n < self.min_samples then return self.max_delay end
   local want = n * self.percentile / 100
@@ -129,7 +187,8 @@ function Latency:delay()
               and self.n + self.fresh >= self.min_samples) then
     return self.cached
   end
-  local d = estimate(self, self.win:slice())
+  flush(self)
+  local d = estimate(self, self.win:slice(), now)
   self.cached, self.due, self.fresh = d, now + self.refresh, 0
   return d
 end
@@ -143,14 +202,24 @@ function Latency:observe(seconds)
     error("bad argument #1 to 'observe' (a finite number of seconds >= 0 "
           .. "expected, got " .. repr(seconds) .. ")", 2)
   end
-  put(self, bucket(seconds))
+  local now = store.now(CTOR, self.clock)
+  local i = floor(now / self.len)
+  if self.pend_i ~= i or now >= self.pend_due or now < self.pend_at then
+    flush(self)
+    self.pend_i, self.pend_at, self.pend_due = i, now, now + self.refresh
+  end
+  local b, pend = bucket(seconds), self.pend
+  pend[b] = (pend[b] or 0) + 1
+  self.npend = self.npend + 1
   self.fresh = self.fresh + 1
 end
 
 --- lat:samples() -> the latencies the span holds now (read afresh)
 function Latency:samples()
   check(self, "samples")
-  local _, n = histogram(self, self.win:slice())
+  flush(self)
+  local i = self.win:slice()
+  local _, n = histogram(self, i, store.now(CTOR, self.clock))
   return n
 end
 
@@ -207,7 +276,7 @@ local function new(opts)
   end
   local self = { percentile = o.percentile, min_delay = o.min_delay,
     max_delay = o.max_delay, span = o.span, min_samples = o.min_samples,
-    len = o.span / SLICES, n = 0, fresh = 0 }
+    len = o.span / SLICES, n = 0, fresh = 0, pend = {}, npend = 0 }
   self.refresh = self.len / 8
   self.clock = o.clock or util.shared_clock()
   storage(self, o, type(opts) == "table" and opts.key ~= nil)

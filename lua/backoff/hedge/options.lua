@@ -196,7 +196,8 @@ local function can_spawn(p)
   return phase.YIELD[p] or p == "precontent"
 end
 
---- options.threads() -> ngx, or raises naming why hedging cannot run
+--- options.threads() -> ngx, phase; or raises naming why hedging
+-- cannot run
 function M.threads()
   local p, ngx = phase.current()
   if p == nil or type(ngx.thread) ~= "table" then
@@ -210,7 +211,7 @@ function M.threads()
       .. "ngx.timer and ssl_* code; hedge there, or from a timer "
       .. "(ngx.timer.at)"):format(WHO, tostring(p)))
   end
-  return ngx
+  return ngx, p
 end
 
 return M

@@ -72,6 +72,30 @@ local function get(self, i, name) return self.win:get(name, i) end
 
 local function add(self, i, name, n) self.win:add(name, n, i) end
 
+-- A worker's requests are counted in its memory and added to the dict
+-- (one incr) when their slice ends, or REFRESH seconds after the first
+-- of them: the other workers see them that late (fewer hedges, never
+-- more).  allow() reads the counts of this slice and the last, the
+-- pause and the win rate at most every REFRESH seconds (this worker's
+-- own hedges count at once): the other workers' hedges of the last
+-- REFRESH seconds may be unseen, a few more hedges, which the budget
+-- still pays.
+local REFRESH = 0.1
+
+local function flush(self)
+  local n = self.pend
+  if n > 0 then
+    self.pend = 0
+    add(self, self.pend_i, "r", n)
+  end
+end
+
+-- this worker's requests not yet in the dict, in slice i
+local function pending(self, i)
+  if self.pend_i == i then return self.pend end
+  return 0
+end
+
 -- the hedges ended, won and started over the window up to slice i
 local function sums(self, i)
   local win = self.win
@@ -88,6 +112,28 @@ local function paused_until(self, t)
     return nil
   end
   return v
+end
+
+-- the same, read at most every REFRESH seconds
+local function pause_seen(self, t)
+  if not self.pause_due or t >= self.pause_due or t < self.pause_at then
+    self.pause_v = paused_until(self, t)
+    self.pause_at, self.pause_due = t, t + REFRESH
+  end
+  return self.pause_v
+end
+
+-- the requests and hedges of slices i and i - 1, read at most every
+-- REFRESH seconds; this worker's hedges since are counted on top
+local function seen(self, i, t)
+  if self.seen_i ~= i or t >= self.seen_due or t < self.seen_at then
+    self.seen_i, self.seen_at, self.seen_due = i, t, t + REFRESH
+    self.cur_r, self.cur_h = get(self, i, "r"), get(self, i, "h")
+    self.last_r, self.last_h = get(self, i - 1, "r"), get(self, i - 1, "h")
+    self.own_h = 0
+  end
+  return self.cur_r + pending(self, i), self.cur_h + self.own_h,
+         self.last_r + pending(self, i - 1), self.last_h
 end
 
 -- the share of the requests that may hedge, and whether hedges lose.
@@ -108,22 +154,39 @@ end
 --- p:request(): a request starts (counted in this second's requests)
 function Pace:request()
   check(self, "request")
-  add(self, floor(now_of(self)), "r", 1)
+  local t = now_of(self)
+  local i = floor(t)
+  if self.pend_i ~= i or t >= self.pend_due then
+    flush(self)
+    self.pend_i, self.pend_due = i, t + REFRESH
+  end
+  self.pend = self.pend + 1
+end
+
+-- the share now, from the verdict kept for REFRESH seconds (a local
+-- outcome drops it)
+local function share_seen(self, i, t)
+  if not self.share_due or t >= self.share_due or self.share_i ~= i then
+    self.share_v, self.share_l = share_at(self, i)
+    self.share_i, self.share_due = i, t + REFRESH
+  end
+  return self.share_v, self.share_l
 end
 
 --- p:allow() -> true | false, reason: may a hedge start now?
 function Pace:allow()
   check(self, "allow")
   local t = now_of(self)
-  local until_ = paused_until(self, t)
+  local until_ = pause_seen(self, t)
   if until_ and t < until_ then
     return false, "pushback"
   end
   local i = floor(t)
   local keep = 1 - (t - i)              -- the last slice's part still in
-  local r = get(self, i, "r") + get(self, i - 1, "r") * keep
-  local h = get(self, i, "h") + get(self, i - 1, "h") * keep
-  local share, losing = share_at(self, i)
+  local cr, ch, lr, lh = seen(self, i, t)
+  local r = cr + lr * keep
+  local h = ch + lh * keep
+  local share, losing = share_seen(self, i, t)
   local most = share * r
   if not losing and most < self.burst then most = self.burst end
   if h + 1 <= most then return true end
@@ -135,7 +198,9 @@ end
 --- p:hedged(): a hedge started
 function Pace:hedged()
   check(self, "hedged")
-  add(self, floor(now_of(self)), "h", 1)
+  local i = floor(now_of(self))
+  add(self, i, "h", 1)
+  if self.seen_i == i then self.own_h = self.own_h + 1 end
 end
 
 --- p:outcome(n, won): n hedges of a request ended (won, cancelled,
@@ -149,6 +214,7 @@ function Pace:outcome(n, won)
   local i = floor(now_of(self))
   add(self, i, "d", n)
   if won then add(self, i, "w", 1) end
+  self.share_due = nil
 end
 
 --- p:pause(seconds): no hedge for that long (a server's pushback); a
@@ -163,7 +229,10 @@ function Pace:pause(seconds)
   local now = now_of(self)
   local t = now + seconds
   local old = paused_until(self, now)
-  if not old or old < t then self.dict:set(self.pkey, t, seconds + 1) end
+  if not old or old < t then
+    self.dict:set(self.pkey, t, seconds + 1)
+    self.pause_due = nil
+  end
 end
 
 --- p:share() -> the share of the requests that may hedge now (0 to 1),
@@ -215,7 +284,7 @@ local function new(opts)
     burst = o.burst, window = o.window, min_samples = o.min_samples,
     min_win = o.min_win, probe = o.probe, max_pause = o.max_pause,
     clock = o.clock or util.shared_clock(), key = o.key,
-    shared = o.shared or nil, pkey = o.key .. "|p:pause" }
+    shared = o.shared or nil, pkey = o.key .. "|p:pause", pend = 0 }
   self.dict = store.dict(o.shared, self.clock)
   self.win = window.new { who = CTOR, span = o.window, slices = o.window,
     clock = self.clock, dict = o.shared or nil, prefix = o.key .. "|p:",

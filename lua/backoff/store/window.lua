@@ -74,8 +74,26 @@ function Window:slice()
   return i
 end
 
+-- the dict key of series name in slice i; the keys of the slices in
+-- use are kept (nginx hashes every key anyway, but building it, base 36
+-- digit by digit, was most of a hedged request's work in the window)
 local function key(self, name, i)
-  return self.prefix .. short(i) .. name
+  local keys = self.keys
+  local ks = keys[i]
+  if not ks then
+    if keys.n >= 2 * self.n + 4 then
+      keys = { n = 0 }
+      self.keys = keys
+    end
+    ks = { head = self.prefix .. short(i) }
+    keys[i], keys.n = ks, keys.n + 1
+  end
+  local k = ks[name]
+  if not k then
+    k = ks.head .. name
+    ks[name] = k
+  end
+  return k
 end
 
 -- a value this window can have written
@@ -172,7 +190,7 @@ function W.new(o)
   return setmetatable({ who = o.who, len = len, n = o.slices,
     clock = o.clock, dict = o.dict, prefix = o.prefix or "",
     ttl = o.span + len, lo = o.lo or -2 ^ 50, hi = o.hi or 2 ^ 50,
-    cache = o.cache, sums = {}, rings = {} }, Window)
+    cache = o.cache, sums = {}, rings = {}, keys = { n = 0 } }, Window)
 end
 
 return W
