@@ -102,9 +102,14 @@ describe("backoff.fleet", function()
     assert.is_false(list[3].g:allows())
     local _, info = list[3].g:state()
     assert.equal("open", info.fleet)
-    -- one prober among the voters
+    -- no prober before a host has demand (a request refused); then one
     local probers = 0
-    for i = 1, 2 do
+    for i = 1, 4 do
+      if list[i].g.last.probe then probers = probers + 1 end
+    end
+    assert.equal(0, probers)
+    sync_all(list)
+    for i = 1, 4 do
       if list[i].g.last.probe then probers = probers + 1 end
     end
     assert.equal(1, probers)
@@ -116,8 +121,11 @@ describe("backoff.fleet", function()
     sync_all(list)
     fail3(list[1]) fail3(list[2])
     sync_all(list)
-    local p, q = list[1], list[2]
+    for i = 1, 4 do assert.is_false((list[i].g:allow())) end  -- demand
+    sync_all(list)
+    local p, q = list[1], list[2]       -- a host with demand
     if not p.g.last.probe then p, q = q, p end
+    assert.is_true(p.g.last.probe)
     advance(list, 2.5)                  -- both half-open on their own
     assert.is_false((q.g:allow()))      -- not the prober: no probe
     for i = 3, 4 do assert.is_false((list[i].g:allow())) end
@@ -128,9 +136,8 @@ describe("backoff.fleet", function()
     assert.equal("closed", (p.br:state()))
     sync_all(list)                      -- the prober closes the fleet
     for i = 3, 4 do assert.is_true((list[i].g:allow())) end
-    assert.is_false((q.g:allow()))      -- synced before the prober did
-    T = T + 1
-    sync_all(list)                      -- within one interval
+    T = T + 0.25
+    sync_all(list)                      -- within one open_interval
     ok, ticket = q.g:allow()            -- q probes on its own now
     assert.is_true(ok)
     q.g:record(true, ticket)
@@ -144,21 +151,26 @@ describe("backoff.fleet", function()
     sync_all(list)
     fail3(list[1]) fail3(list[2]) fail3(list[3])
     sync_all(list)
-    local probes = 0
+    local probes, by = 0, {}
     for _ = 1, 30 do                    -- 30 s of a dead upstream
       T = T + 1
       sync_all(list)
+      local now = 0
       for i = 1, 4 do
         local ok, t = list[i].g:allow()
         if ok then
-          probes = probes + 1
+          probes, now = probes + 1, now + 1
+          by[i] = true
           list[i].g:record(false, t)
         end
       end
+      assert.is_true(now <= 1)          -- one prober at a time
     end
     -- each host alone: 3 voters x 30 s / 2 s = 45 probes; the fleet:
-    -- one prober at a time, about one probe per open interval
-    assert.is_true(probes >= 5 and probes <= 16, probes)
+    -- one prober at a time, at most one probe per probe_every, and the
+    -- role goes round the hosts with demand at each tenure's end
+    assert.is_true(probes >= 10 and probes <= 30, probes)
+    assert.is_true(by[1] and by[2] and by[3] and by[4])
     assert.is_false((list[4].g:allow()))
   end)
 
@@ -179,8 +191,9 @@ describe("backoff.fleet", function()
     for _ = 1, 3 do fail(list[10]) end
     sync_all(list)
     for i = 11, 20 do assert.is_false((list[i].g:allow())) end
+    sync_all(list)                             -- 11-20 had demand
     local p
-    for i = 1, 10 do if list[i].g.last.probe then p = list[i] end end
+    for i = 1, 20 do if list[i].g.last.probe then p = list[i] end end
     assert.is_truthy(p)
     assert.equal("closed", (p.br:state()))     -- its own breaker: closed
     local ok, t = p.g:allow()                  -- the fleet's probe
@@ -191,7 +204,8 @@ describe("backoff.fleet", function()
     advance(list, 12)
     assert.is_false((list[20].g:allow()))
     assert.equal(0, list[20].g.last.suspects)
-    -- the prober's success closes it
+    -- the prober's success closes it (a host with demand probes)
+    for i = 1, 20 do assert.is_false((list[i].g:allow())) end
     for _ = 1, 3 do
       for i = 1, 20 do
         if list[i].g.last.probe then p = list[i] end
@@ -385,7 +399,7 @@ describe("backoff.fleet", function()
       { { name = "b", state = "o", res = "1" } },
       { { name = "api", retries = 3, saved = 2 } })
     assert.same({ 0, "p:", "h", 1000, 5000, 0.25, 2, 0.5, 10, 60000,
-                  10000, 1, "b", "o", "1", "api", 3, 2 }, a)
+                  10000, 1, "b", "o", "1", "0", "api", 3, 2 }, a)
   end)
 end)
 

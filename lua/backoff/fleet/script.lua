@@ -79,29 +79,70 @@ fit(hk, 'set', ttl) fit(hp, 'set', ttl)
 put(hk, true)
 local hosts = math.max(redis.call('SCARD', hk), redis.call('SCARD', hp))
 local out = { hosts }
+-- the prober's key: "<end of tenure, ms>|<1: it probed>|<host>"
+local function prober(pk)
+  local v = redis.call('GET', pk)
+  if not v then return nil end
+  local e, d, who = string.match(v, '^(%d+)|([01])|(.+)$')
+  if not e or tonumber(e) > now + tenure then
+    redis.call('DEL', pk)
+    foreign[#foreign + 1] = pk
+    return nil
+  end
+  return who, tonumber(e), d
+end
+-- while the fleet is open: the prober's tenure ends at one of its own
+-- syncs (its view says so at once, so no two hosts probe at a time);
+-- a prober that made no probe is not elected for the next tenure; a
+-- host campaigns only with demand (a request refused since its last
+-- sync): the role goes to a host with requests to probe with
+local function elect(pk, xk, who, e, d, demand)
+  if who == host then
+    if now < e then return 1 end
+    redis.call('DEL', pk)
+    if d ~= '1' then redis.call('SET', xk, host, 'PX', tenure) end
+    who = nil
+  end
+  if who or demand ~= '1' or redis.call('GET', xk) == host then
+    return 0
+  end
+  if redis.call('SET', pk, (now + tenure) .. '|0|' .. host, 'NX', 'PX',
+                tenure + ttl) then
+    return 1
+  end
+  return 0
+end
 local nb = tonumber(ARGV[11])
 local i = 12
-while i < 12 + 3 * nb do
+while i < 12 + 4 * nb do
   local name, st, res = ARGV[i], ARGV[i + 1], ARGV[i + 2]
-  i = i + 3
+  local demand = ARGV[i + 3]
+  i = i + 4
   local pre = P .. 'b:' .. name .. ':'
   local vk, vp = pre .. 'v:' .. b, pre .. 'v:' .. (b - 1)
   local sk, sp = pre .. 's:' .. b, pre .. 's:' .. (b - 1)
   local ok, pk, ck = pre .. 'o', pre .. 'p', pre .. 'c'
+  local xk = pre .. 'x'
   fit(vk, 'set', ttl) fit(vp, 'set', ttl)
   fit(sk, 'set', ttl) fit(sp, 'set', ttl)
-  fit(ok, 'string', max_open) fit(pk, 'string', tenure)
-  fit(ck, 'string', cttl)
+  fit(ok, 'string', max_open) fit(pk, 'string', tenure + ttl)
+  fit(ck, 'string', cttl) fit(xk, 'string', tenure)
   local vote, sus = st == 'o' or st == 'h', st == 's'
   put(vk, vote) put(sk, sus)
   if not vote then redis.call('SREM', vp, host) end
   if not sus then redis.call('SREM', sp, host) end
-  local p = redis.call('GET', pk)
-  if res == '1' and (not p or p == host) then
+  local who, e, d = prober(pk)
+  if res == '1' and (not who or who == host) then
     redis.call('SET', ck, now, 'PX', cttl)
-    redis.call('DEL', ok, pk, vk, vp, sk, sp)
-  elseif res == '2' and p == host then
+    redis.call('DEL', ok, pk, vk, vp, sk, sp, xk)
+    who = nil
+  elseif res == '2' and who == host then
     redis.call('PEXPIRE', ok, max_open)
+  end
+  if who == host and res ~= '0' and d ~= '1' then
+    d = '1'
+    redis.call('SET', pk, e .. '|1|' .. host, 'PX',
+               math.max(1, redis.call('PTTL', pk)))
   end
   local votes, sv = count(vk, vp, hosts), count(sk, sp, hosts)
   local need = math.max(minq, math.ceil(share * hosts))
@@ -113,10 +154,7 @@ while i < 12 + 3 * nb do
     if open then redis.call('SET', ok, now, 'NX', 'PX', max_open) end
   end
   local probe = 0
-  if open then
-    if redis.call('SET', pk, host, 'NX', 'PX', tenure)
-       or redis.call('GET', pk) == host then probe = 1 end
-  end
+  if open then probe = elect(pk, xk, who, e, d, demand) end
   out[#out + 1] = open and 1 or 0
   out[#out + 1] = probe
   out[#out + 1] = votes
@@ -190,6 +228,7 @@ function M.args(o, list, buds)
     a[#a + 1] = b.name
     a[#a + 1] = b.state
     a[#a + 1] = b.res or "0"
+    a[#a + 1] = b.demand and "1" or "0"
   end
   for _, g in ipairs(buds) do
     a[#a + 1] = g.name
