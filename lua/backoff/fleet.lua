@@ -194,11 +194,9 @@ local function state_of(self, g)
   return st, res and tostring(res) or "0"
 end
 
--- a request refused since the last sync (the guard's mark): demand
+-- a request refused in the last interval (the guard's mark): demand
 local function demand(self, g)
-  if self.dict:get(g.dk) == nil then return false end
-  self.dict:delete(g.dk)
-  return true
+  return self.dict:get(g.dk) ~= nil
 end
 
 local function states(self)

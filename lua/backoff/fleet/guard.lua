@@ -30,11 +30,11 @@ local function word(self)
 end
 
 -- a request this host could not send while the fleet has a word: its
--- demand, which lets it campaign for prober at its next sync
+-- demand for one interval, which lets it campaign for prober
 local function refused(self)
   self.refusals = self.refusals + 1
   local fl = self.fleet
-  fl.dict:set(self.dk, 1, fl.hold)
+  fl.dict:set(self.dk, 1, fl.interval)
   return false
 end
 
