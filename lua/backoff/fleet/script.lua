@@ -15,9 +15,14 @@
 -- suspect votes >= need_s (a larger quorum of a fleet's quiet hosts),
 -- and then stays open (key o) until the prober's success closes it, or
 -- max_open after the prober's last failure (then the votes decide
--- again).  Any host may be the prober (the first to sync once the role
--- is free).  The prober's success marks the fleet closed (key c) for
--- cttl: no vote counts meanwhile.
+-- again).  A host with demand (a request refused in its last interval)
+-- may be the prober (the first to sync once the role is free); the
+-- tenure ends at one of the prober's own syncs, and a prober that made
+-- no probe in it is not elected for the next (key x).  The prober's
+-- success marks the fleet closed (key c) for cttl: no vote counts
+-- meanwhile.  A host's vote is its own breaker open or half-open with a
+-- failure in its last suspect_window (the host decides; stale evidence
+-- is no vote).
 --
 -- Keys (P: the fleet's `prefix`; B: a breaker's key; b: the bucket,
 -- floor(Redis' time in ms / interval in ms)):
@@ -25,14 +30,18 @@
 --   P b:B:v:<b>      set: the hosts whose own breaker B is not closed
 --   P b:B:s:<b>      set: the hosts with `suspect` failures in a row
 --   P b:B:o          string: the fleet is open (since, ms)
---   P b:B:p          string: the host that probes for the fleet
+--   P b:B:p          string: the host that probes for the fleet,
+--                    "<end of its tenure, ms>|<1: it probed>|<host>"
+--   P b:B:x          string: the prober that made no probe in its last
+--                    tenure (not elected for the next)
 --   P b:B:c          string: the ms at which the prober's probe closed
 --                    the fleet (no vote counts while it lives)
 --   P g:G:x:<b>      string: the retries made, summed over the hosts'
 --                    pushes in bucket b, for budget G (fl:budget)
 --   P g:G:y:<b>      string: the same for the retries that succeeded
 -- Every key expires: sets and counts after 3 intervals, o after
--- max_open, p after `tenure`, c after cttl.  A key of another type,
+-- max_open, p after `tenure` + 3 intervals (a prober that stops
+-- syncing), x after `tenure`, c after cttl.  A key of another type,
 -- without an expiry or with a longer one than ours, or a count that is
 -- not a whole number from 0 to 10^12, is foreign: deleted, named in the
 -- reply, and the host logs it.
@@ -216,7 +225,8 @@ end
 -- keys, then ARGV.  o: prefix, host, interval, tenure, share, min,
 -- sshare, mins, max_open, cttl (seconds); list: { name, state ("c",
 -- "o", "h", "s"), res ("0", "1": the fleet's probe succeeded, "2": it
--- failed) } per breaker; buds: { name, retries, saved (counts >= 0:
+-- failed), demand (true: a request refused in the last interval) } per
+-- breaker; buds: { name, retries, saved (counts >= 0:
 -- the retries this host made since its last push, and those that
 -- succeeded) } per budget
 function M.args(o, list, buds)
