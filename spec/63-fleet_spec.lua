@@ -66,6 +66,13 @@ describe("backoff.fleet", function()
       fleet.new { shared = false, redis = { port = 0 } } end)
     assert.has_error(function() fleet.new { shared = false, nope = 1 } end,
       "backoff.fleet: unknown option 'nope'")
+    assert.has_error(function()
+      fleet.new { shared = false, interval = 1, open_interval = 2 } end,
+      "backoff.fleet: option 'open_interval' must be <= 'interval' (got "
+      .. "2 > 1)")
+    local f2 = fleet.new { shared = false, host = "a", interval = 2 }
+    assert.equal(0.5, f2.open_interval)
+    assert.equal(2, f2:period())           -- no breaker open: interval
     local fl = fleet.new { shared = false, host = "a", redis = {
       host = "r1", port = 6380, database = 2, username = "gw",
       password = "s3cret" } }
@@ -99,6 +106,7 @@ describe("backoff.fleet", function()
     sync_all(list)
     for i = 1, 4 do assert.is_false((list[i].g:allow()), "host " .. i) end
     assert.is_true(list[3].fl:refuses("backoff:breaker"))
+    assert.equal(0.25, list[3].fl:period())  -- open: open_interval
     assert.is_false(list[3].g:allows())
     local _, info = list[3].g:state()
     assert.equal("open", info.fleet)
