@@ -8,8 +8,11 @@
 -- through every probe_every seconds).  The host's own breaker is never
 -- written by the fleet: its state is its own evidence, which is what
 -- the host votes with, with the host's failures in a row (counted here,
--- across its workers: a suspect vote) and the outcome of its probes for
--- the fleet (kept for the next sync).
+-- across its workers: a suspect vote), a mark of its last failure (a
+-- vote needs one within suspect_window), a mark of its demand (a
+-- request refused while the fleet has a word, for one interval: only
+-- then it campaigns for prober) and the outcome of its probes for the
+-- fleet (kept for the next sync).
 
 local view = require "backoff.fleet.view"
 local store = require "backoff.store"
@@ -31,11 +34,16 @@ end
 
 -- a request this host could not send while the fleet has a word: its
 -- demand for one interval, which lets it campaign for prober
-local function refused(self)
-  self.refusals = self.refusals + 1
+local function demand(self)
   local fl = self.fleet
   fl.dict:set(self.dk, 1, fl.interval)
   return false
+end
+
+-- the fleet refused (g.refusals counts these only)
+local function refused(self)
+  self.refusals = self.refusals + 1
+  return demand(self)
 end
 
 --- g:allow() -> as br:allow(); false while the fleet is open, unless
@@ -45,7 +53,7 @@ function Guard:allow()
   local w = word(self)
   if w == "open" then return refused(self) end
   local ok, ticket = self.br:allow()
-  if not ok and w then return refused(self) end
+  if not ok and w then return demand(self) end
   if not ok or w ~= "probe" or type(ticket) == "table" then
     return ok, ticket
   end
