@@ -3,9 +3,10 @@
 -- Poisson), one upstream dead (503 at once) from t = 10 s for 60 s.
 -- Each host has backoff.breaker.recommended (its policy seeded) and,
 -- with the fleet, backoff.fleet's guard over it, synced every
--- `interval` (1 s) at a phase of its own through the real Redis script
+-- fl:period() (`interval`, 1 s; `open_interval`, 0.25 s, while the
+-- fleet is open) at a phase of its own through the real Redis script
 -- run on spec/fleet_fake_redis.lua.  Only the documented API is
--- driven: allow, record, fl:sync.  No retries: the breaker alone.
+-- driven: allow, record, fl:sync, fl:period.  No retries: the breaker alone.
 --
 --   luajit bench/fleet_model.lua [HOSTS [SEED [breaker]]]
 --   (after make LUA_VERSION=luajit; SEED: 7; "breaker": its rows only)
