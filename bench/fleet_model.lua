@@ -3,11 +3,13 @@
 -- Poisson), one upstream dead (503 at once) from t = 10 s for 60 s.
 -- Each host has backoff.breaker.recommended (its policy seeded) and,
 -- with the fleet, backoff.fleet's guard over it, synced every
--- `interval` (1 s) at a phase of its own through the real Redis script
+-- fl:period() (`interval`, 1 s; `open_interval`, 0.25 s, while the
+-- fleet is open) at a phase of its own through the real Redis script
 -- run on spec/fleet_fake_redis.lua.  Only the documented API is
--- driven: allow, record, fl:sync.  No retries: the breaker alone.
+-- driven: allow, record, fl:sync, fl:period.  No retries: the breaker alone.
 --
---   luajit bench/fleet_model.lua [HOSTS]   (after make LUA_VERSION=luajit)
+--   luajit bench/fleet_model.lua [HOSTS [SEED [breaker]]]
+--   (after make LUA_VERSION=luajit; SEED: 7; "breaker": its rows only)
 --
 -- Prints, per setting: attempts that reached the dead upstream (and
 -- the requests of those 60 s: the load cut is their ratio), attempts
@@ -24,6 +26,8 @@ local fleet = require "backoff.fleet"
 local store = require "backoff.store"
 
 local HOSTS = tonumber(arg[1]) or 1000
+local SEED = tonumber(arg[2]) or 7
+local ONLY_BREAKER = arg[3] == "breaker"
 local RATE = 1                  -- requests/s per host (4 workers x 0.25)
 local DEAD_FROM, DEAD_TO, STOP = 10, 70, 100
 local DT = 0.005
@@ -77,7 +81,7 @@ local function run(with_fleet, seed, fail)
         h.back = T
       end
       if h.fl and T >= h.next_sync then
-        h.next_sync = h.next_sync + 1
+        h.next_sync = h.next_sync + h.fl:period()
         h.fl:sync()
         c.syncs = c.syncs + 1
       end
@@ -129,7 +133,7 @@ print("|---|---|---|---|---|---|---|")
 for _, w in ipairs({ false, true }) do
   T = 0
   local t0 = os.clock()
-  local c = run(w, 7, 1)
+  local c = run(w, SEED, 1)
   print(("| %s | %d | %d | %.2fx | %.0f | %d (%s / %s / %s) | %s |"):format(
     w and "fleet (interval 1 s, quorum 0.25, suspects 3 x 0.5)"
       or "per host",
@@ -149,11 +153,12 @@ print("| setting | requests in the 60 s | refused by the breaker | "
 print("|---|---|---|---|")
 for _, w in ipairs({ false, true }) do
   T = 0
-  local c = run(w, 7, 0.5)
+  local c = run(w, SEED, 0.5)
   print(("| %s | %d | %d | %.1f%% |"):format(w and "fleet" or "per host",
     c.requests, c.refused, 100 * c.ok / c.requests))
 end
 
+if ONLY_BREAKER then return end
 -- the budget (bench/fleet_budget.lua): the same hosts with retries
 -- (exponential 0.1-20 s, full jitter, 10 attempts) and the recommended
 -- budget per host, alone or with the fleet's grant (fl:budget, interval

@@ -66,6 +66,13 @@ describe("backoff.fleet", function()
       fleet.new { shared = false, redis = { port = 0 } } end)
     assert.has_error(function() fleet.new { shared = false, nope = 1 } end,
       "backoff.fleet: unknown option 'nope'")
+    assert.has_error(function()
+      fleet.new { shared = false, interval = 1, open_interval = 2 } end,
+      "backoff.fleet: option 'open_interval' must be <= 'interval' (got "
+      .. "2 > 1)")
+    local f2 = fleet.new { shared = false, host = "a", interval = 2 }
+    assert.equal(0.5, f2.open_interval)
+    assert.equal(2, f2:period())           -- no breaker open: interval
     local fl = fleet.new { shared = false, host = "a", redis = {
       host = "r1", port = 6380, database = 2, username = "gw",
       password = "s3cret" } }
@@ -99,12 +106,18 @@ describe("backoff.fleet", function()
     sync_all(list)
     for i = 1, 4 do assert.is_false((list[i].g:allow()), "host " .. i) end
     assert.is_true(list[3].fl:refuses("backoff:breaker"))
+    assert.equal(0.25, list[3].fl:period())  -- open: open_interval
     assert.is_false(list[3].g:allows())
     local _, info = list[3].g:state()
     assert.equal("open", info.fleet)
-    -- one prober among the voters
+    -- no prober before a host has demand (a request refused); then one
     local probers = 0
-    for i = 1, 2 do
+    for i = 1, 4 do
+      if list[i].g.last.probe then probers = probers + 1 end
+    end
+    assert.equal(0, probers)
+    sync_all(list)
+    for i = 1, 4 do
       if list[i].g.last.probe then probers = probers + 1 end
     end
     assert.equal(1, probers)
@@ -116,8 +129,11 @@ describe("backoff.fleet", function()
     sync_all(list)
     fail3(list[1]) fail3(list[2])
     sync_all(list)
-    local p, q = list[1], list[2]
+    for i = 1, 4 do assert.is_false((list[i].g:allow())) end  -- demand
+    sync_all(list)
+    local p, q = list[1], list[2]       -- a host with demand
     if not p.g.last.probe then p, q = q, p end
+    assert.is_true(p.g.last.probe)
     advance(list, 2.5)                  -- both half-open on their own
     assert.is_false((q.g:allow()))      -- not the prober: no probe
     for i = 3, 4 do assert.is_false((list[i].g:allow())) end
@@ -128,9 +144,8 @@ describe("backoff.fleet", function()
     assert.equal("closed", (p.br:state()))
     sync_all(list)                      -- the prober closes the fleet
     for i = 3, 4 do assert.is_true((list[i].g:allow())) end
-    assert.is_false((q.g:allow()))      -- synced before the prober did
-    T = T + 1
-    sync_all(list)                      -- within one interval
+    T = T + 0.25
+    sync_all(list)                      -- within one open_interval
     ok, ticket = q.g:allow()            -- q probes on its own now
     assert.is_true(ok)
     q.g:record(true, ticket)
@@ -145,21 +160,112 @@ describe("backoff.fleet", function()
     fail3(list[1]) fail3(list[2]) fail3(list[3])
     sync_all(list)
     local probes = 0
-    for _ = 1, 30 do                    -- 30 s of a dead upstream
-      T = T + 1
-      sync_all(list)
-      for i = 1, 4 do
+    for s = 1, 120 do                   -- 30 s of a dead upstream
+      T = T + 0.25
+      sync_all(list)                    -- open: every open_interval
+      local now = 0
+      for i = 1, s % 4 == 0 and 4 or 0 do   -- a request a second
         local ok, t = list[i].g:allow()
         if ok then
-          probes = probes + 1
+          probes, now = probes + 1, now + 1
           list[i].g:record(false, t)
         end
       end
+      assert.is_true(now <= 1)          -- one prober at a time
     end
     -- each host alone: 3 voters x 30 s / 2 s = 45 probes; the fleet:
-    -- one prober at a time, about one probe per open interval
-    assert.is_true(probes >= 5 and probes <= 16, probes)
+    -- one prober at a time, at most one probe per probe_every (the
+    -- role stays with a host that probes and has demand)
+    assert.is_true(probes >= 10 and probes <= 30, probes)
     assert.is_false((list[4].g:allow()))
+  end)
+
+  it("a vote needs fresh evidence: hosts whose breakers opened and then "
+     .. "got no traffic stop voting, and cannot reopen the fleet",
+     function()
+    local list, R = hosts(4)
+    sync_all(list)
+    fail3(list[1]) fail3(list[2])
+    sync_all(list)
+    assert.equal(2, list[3].g.last.votes)
+    assert.is_true(list[3].g.last.open)
+    -- hosts 1 and 2 get no request from now on; hosts 3 and 4 do
+    local p
+    for _ = 1, 16 do                    -- 4 s: open_interval syncs
+      T = T + 0.25
+      sync_all(list)
+      for i = 3, 4 do
+        local ok, t = list[i].g:allow()
+        if ok then p = list[i] list[i].g:record(false, t) end
+      end
+    end
+    assert.is_truthy(p)                 -- a host with demand probes
+    advance(list, 8)                    -- 12 s after the last failure
+    -- the prober may vote (its probes fail: fresh); hosts 1, 2 do not
+    local function voters()
+      local who = {}
+      for k, v in pairs(R.data) do
+        if k:find(":v:", 1, true) and R.pexp[k] > T * 1000 then
+          for m in pairs(v) do who[m] = true end
+        end
+      end
+      return who
+    end
+    assert.is_nil(voters().h1)
+    assert.is_nil(voters().h2)
+    assert.is_true(list[3].g.last.open) -- open: max_open, not the votes
+    assert.equal("half_open", (list[1].br:state()))  -- stale, no vote
+    -- the upstream is back: the prober's success closes the fleet
+    local ok, t
+    for _ = 1, 8 do
+      T = T + 0.25
+      sync_all(list)
+      ok, t = p.g:allow()
+      if ok then break end
+    end
+    assert.is_true(ok)
+    p.g:record(true, t)
+    sync_all(list)
+    -- long past the close's marker (cttl): hosts 1 and 2 still idle,
+    -- their breakers still not closed, and no vote reopens the fleet
+    advance(list, 30)
+    for i = 3, 4 do assert.is_true((list[i].g:allow()), i) end
+    assert.same({}, voters())
+    assert.is_false(list[3].g.last.open)
+    assert.is_not.equal("closed", (list[1].br:state()))
+  end)
+
+  it("an idle prober (no demand, no probe in its tenure) is not elected "
+     .. "again; a host with requests takes the role and probes",
+     function()
+    local list = hosts(4, { tenure = 3 })
+    sync_all(list)
+    fail3(list[1]) fail3(list[2])
+    sync_all(list)
+    sync_all(list)                        -- every host hears of it
+    assert.is_false((list[1].g:allow()))  -- host 1's one request
+    T = T + 0.25
+    sync_all(list)
+    assert.is_true(list[1].g.last.probe)  -- the only host with demand
+    -- host 1 gets no request again; host 3 one a second
+    local probed, held = 0, 0
+    for s = 1, 80 do                      -- 20 s
+      T = T + 0.25
+      sync_all(list)
+      if list[1].g.last.probe then held = held + 1 end
+      if s % 4 == 0 then
+        local ok, t = list[3].g:allow()
+        if ok then
+          probed = probed + 1
+          list[3].g:record(false, t)
+        end
+      end
+    end
+    -- host 1 held the role for its one tenure (3 s: 12 syncs) at most
+    assert.is_true(held <= 12, held)
+    assert.is_true(probed >= 8, probed)   -- about one probe a second
+    assert.is_true(list[3].g.last.probe)
+    assert.is_false(list[1].g.last.probe)
   end)
 
   it("quiet hosts: suspects (3 failures in a row) open it by half the "
@@ -179,8 +285,9 @@ describe("backoff.fleet", function()
     for _ = 1, 3 do fail(list[10]) end
     sync_all(list)
     for i = 11, 20 do assert.is_false((list[i].g:allow())) end
+    sync_all(list)                             -- 11-20 had demand
     local p
-    for i = 1, 10 do if list[i].g.last.probe then p = list[i] end end
+    for i = 1, 20 do if list[i].g.last.probe then p = list[i] end end
     assert.is_truthy(p)
     assert.equal("closed", (p.br:state()))     -- its own breaker: closed
     local ok, t = p.g:allow()                  -- the fleet's probe
@@ -191,7 +298,8 @@ describe("backoff.fleet", function()
     advance(list, 12)
     assert.is_false((list[20].g:allow()))
     assert.equal(0, list[20].g.last.suspects)
-    -- the prober's success closes it
+    -- the prober's success closes it (a host with demand probes)
+    for i = 1, 20 do assert.is_false((list[i].g:allow())) end
     for _ = 1, 3 do
       for i = 1, 20 do
         if list[i].g.last.probe then p = list[i] end
@@ -271,7 +379,9 @@ describe("backoff.fleet", function()
     assert.is_false((list[1].g:allow()))    -- its own state: open
     R.down = nil
     sync_all(list)
-    assert.is_false((list[4].g:allow()))
+    assert.is_false((list[3].g:allow()))
+    -- host 4 was refused by the fleet within the interval: its prober
+    assert.is_true(list[4].g.last.probe)
   end)
 
   it("a timer that stops syncing: the view expires by itself", function()
@@ -385,7 +495,7 @@ describe("backoff.fleet", function()
       { { name = "b", state = "o", res = "1" } },
       { { name = "api", retries = 3, saved = 2 } })
     assert.same({ 0, "p:", "h", 1000, 5000, 0.25, 2, 0.5, 10, 60000,
-                  10000, 1, "b", "o", "1", "api", 3, 2 }, a)
+                  10000, 1, "b", "o", "1", "0", "api", 3, 2 }, a)
   end)
 end)
 

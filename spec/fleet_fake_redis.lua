@@ -87,7 +87,7 @@ return function(now)
   local redis = { call = function(cmd, ...) return C[cmd](...) end }
 
   -- runs the script's text with ARGV (compiled once per text)
-  local env = { redis = redis, math = math, type = type,
+  local env = { redis = redis, math = math, type = type, string = string,
     tonumber = tonumber, ipairs = ipairs, tostring = tostring }
   local compiled = {}
   function R.eval(text, argv)

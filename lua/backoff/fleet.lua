@@ -67,6 +67,7 @@ local RULES = {
   host = check.string { pattern = "^[%w%._:/%-]+$", text = "a host's "
     .. "name: letters, digits and . _ : / -" },
   interval = check.number { min = 0.1, max = 60, default = 1 },
+  open_interval = check.number { min = 0.1, max = 60 },
   quorum = check.number { min = 0, max = 2 ^ 31, open_min = true,
     default = 0.25, text = "a share in (0, 1) of the hosts, or a number "
     .. "of hosts >= 1" },
@@ -182,6 +183,8 @@ end
 local function state_of(self, g)
   local name = g.br:state()
   local st = name == "open" and "o" or name == "half_open" and "h" or "c"
+  -- an open breaker without a failure in suspect_window: stale, no vote
+  if st ~= "c" and self.dict:get(g.ek) == nil then st = "c" end
   if st == "c" and self.suspect > 0 then
     local n = counted(self, g.nk, 2 ^ 52)
     if n and n >= self.suspect then st = "s" end
@@ -191,11 +194,17 @@ local function state_of(self, g)
   return st, res and tostring(res) or "0"
 end
 
+-- a request refused in the last interval (the guard's mark): demand
+local function demand(self, g)
+  return self.dict:get(g.dk) ~= nil
+end
+
 local function states(self)
   local list = {}
   for i, g in ipairs(self.list) do
     local st, res = state_of(self, g)
-    list[i] = { name = g.name, state = st, res = res }
+    list[i] = { name = g.name, state = st, res = res,
+                demand = demand(self, g) }
   end
   return list
 end
@@ -271,18 +280,33 @@ function Fleet:sync()
   return true
 end
 
--- the timer: one worker per host syncs (the lock's holder; the lock
--- expires when its worker stops)
+--- fl:period() -> seconds until the next sync: `open_interval` while
+-- the fleet is open for one of this host's breakers (its prober's
+-- success is then followed fast), `interval` otherwise
+function Fleet:period()
+  for _, g in ipairs(self.list) do
+    if self.dict:get(g.fk) ~= nil then return self.open_interval end
+  end
+  return self.interval
+end
+
+-- the timer (every open_interval): one worker per host syncs (the
+-- lock's holder; the lock expires when its worker stops), when
+-- fl:period() has passed since its last sync
 local function tick(premature, self)
   local ngx = ngx_of()
   if premature or self.busy then return end
+  local now = ngx.now()
+  if self.synced and now - self.synced < self:period() * 0.99 then
+    return
+  end
   local pid, lk = ngx.worker.pid(), self.lock
   if self.dict:get(lk) == pid then
     self.dict:set(lk, pid, self.hold)
   elseif not self.dict:add(lk, pid, self.hold) then
     return
   end
-  self.busy = true
+  self.busy, self.synced = true, now
   local ok, err = pcall(self.sync, self)
   self.busy = false
   if not ok then
@@ -313,7 +337,7 @@ function Fleet:start()
   if not (ngx and ngx.timer) then
     check.raise(WHO .. ":start: only inside nginx (init_worker_by_lua)")
   end
-  local ok, err = ngx.timer.every(self.interval, tick, self)
+  local ok, err = ngx.timer.every(self.open_interval, tick, self)
   if not ok then check.raise(WHO .. ":start: " .. tostring(err)) end
   return true
 end
@@ -360,16 +384,21 @@ function M.new(opts)
   if o.quorum < 1 then share = o.quorum
   elseif o.quorum > min then min = o.quorum end
   local hold = 3 * o.interval
-  local cttl = hold
-  if o.suspect > 0 and o.suspect_window > cttl then
-    cttl = o.suspect_window
+  -- no vote counts after a close until every failure before it is
+  -- stale (suspect_window): old evidence cannot reopen the fleet
+  local cttl = math.max(hold, o.suspect_window)
+  local oiv = o.open_interval or math.max(0.1, o.interval / 4)
+  if oiv > o.interval then
+    check.raise(WHO .. ": option 'open_interval' must be <= 'interval' ("
+      .. "got " .. oiv .. " > " .. o.interval .. ")")
   end
   local self = setmetatable({
     dict = store.dict(o.shared or nil, o.clock), key = o.key,
     lock = o.key .. "|L", hk = o.key .. "|H", redis = r,
     where = redis.where(r),
     prefix = o.prefix, host = o.host or default_host(ngx),
-    interval = o.interval, hold = hold, tenure = o.tenure,
+    interval = o.interval, open_interval = oiv, hold = hold,
+    tenure = o.tenure,
     share = share, min = min, suspect = o.suspect,
     sshare = o.suspect > 0 and o.suspect_quorum or 0,
     mins = o.min_suspects, suspect_window = o.suspect_window,

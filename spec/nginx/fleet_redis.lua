@@ -3,8 +3,9 @@
 -- that saw no failure follows within one sync, one prober for the
 -- fleet, one host's broken path stays its own, and Redis paused
 -- (SIGSTOP), killed, restarted empty or poisoned never delays a request
--- nor raises a Lua error; and a budget sees the fleet (fl:budget): a
--- host that saw no retry succeed borrows from those that did.
+-- nor raises a Lua error; a budget sees the fleet (fl:budget): a host
+-- that saw no retry succeed borrows from those that did; and idle
+-- hosts' stale votes neither reopen the fleet nor hold its probes.
 -- Everything runs under `timeout` and is stopped by pid.  TAP.
 --   lua5.4 spec/nginx/fleet_redis.lua ROOT
 local socket = require "socket"
@@ -268,6 +269,61 @@ local function checks()
   return t_open
 end
 
+-- the probes in the upstream's log since byte `mark`, by host
+local function probes_since(mark)
+  local log = H.read_file(BASE .. "/up/logs/upstream.log"):sub(mark + 1)
+  local by_host = {}
+  for _, host, probe in log:gmatch("(%S+) (%S+) (%S+) %d+") do
+    if probe == "1" then by_host[host] = (by_host[host] or 0) + 1 end
+  end
+  return by_host
+end
+
+-- hosts 1 and 2 open on their own and then get no request: their votes
+-- go stale (a failure in the last suspect_window, 1 s), and without
+-- demand neither campaigns for prober; hosts 3 and 4, which keep
+-- calling, probe, are back within 2 s of the upstream's return, and the
+-- stale breakers of 1 and 2 never reopen the fleet
+local function idle_voters()
+  up("/mode?dead=1")
+  trip(1)
+  trip(2)
+  local function load() call(3) call(4) end
+  local opened = within(4, function()
+    local f = state(3).fleet
+    return f == "open" or f == "probe"
+  end, load)
+  check(opened, "idle voters: the fleet opens by their quorum",
+        all_states())
+  local mark = #H.read_file(BASE .. "/up/logs/upstream.log")
+  local t0 = now()
+  while now() - t0 < 3 do load() socket.sleep(0.05) end
+  local by = probes_since(mark)
+  check(not by.h1 and not by.h2 and ((by.h3 or 0) + (by.h4 or 0)) >= 1,
+    "idle voters: only hosts with requests probe for the fleet",
+    ("h1 %s h2 %s h3 %s h4 %s"):format(tostring(by.h1), tostring(by.h2),
+     tostring(by.h3), tostring(by.h4)))
+  up("/mode?dead=0")
+  local back = within(4, function()
+    return call(3) == "200" and call(4) == "200" end)
+  check(back and back <= 2, "idle voters: hosts 3 and 4 answer 200 "
+    .. "within 2 s of the upstream's return (one probe, then one "
+    .. "open_interval)", ("%.2f s"):format(back or -1))
+  local r = 0
+  t0 = now()
+  while now() - t0 < 4 do
+    if call(3) == "refused" then r = r + 1 end
+    if call(4) == "refused" then r = r + 1 end
+    socket.sleep(0.05)
+  end
+  local own1 = state(1).own
+  check(r == 0 and own1 ~= "closed", "idle voters: 4 s after, hosts 1 "
+    .. "and 2 still idle (their breakers not closed), no refusal at 3 "
+    .. "and 4: stale votes do not reopen the fleet",
+    ("%d refused; %s"):format(r, all_states()))
+  check(within(4, all_fine), "idle voters: every host answers 200 again")
+end
+
 -- Redis fails while the fleet is open: host 3 (no vote) goes back to
 -- its own state (closed) and every request stays fast
 local function faults()
@@ -278,7 +334,10 @@ local function faults()
     local f = state(i).fleet
     return f == "open" or f == "probe"      -- host 3 may be the prober
   end
-  local open = within(4, function() return fleet_word(3) end)
+  -- hosts 1 and 2 keep calling: a vote needs a failure in the last
+  -- suspect_window (their own half-open probes give them)
+  local open = within(4, function() return fleet_word(3) end,
+                      function() call(1) call(2) end)
   check(open, "faults: the fleet open again before each fault",
         all_states() .. "; " .. redis_cli("--scan"))
 
@@ -419,6 +478,7 @@ check(started, "the upstream and four nginx hosts start", err)
 if ok and started then
   local fine, e = pcall(function()
     checks()
+    idle_voters()
     faults()
     finish()
   end)

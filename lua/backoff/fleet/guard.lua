@@ -8,8 +8,11 @@
 -- through every probe_every seconds).  The host's own breaker is never
 -- written by the fleet: its state is its own evidence, which is what
 -- the host votes with, with the host's failures in a row (counted here,
--- across its workers: a suspect vote) and the outcome of its probes for
--- the fleet (kept for the next sync).
+-- across its workers: a suspect vote), a mark of its last failure (a
+-- vote needs one within suspect_window), a mark of its demand (a
+-- request refused while the fleet has a word, for one interval: only
+-- then it campaigns for prober) and the outcome of its probes for the
+-- fleet (kept for the next sync).
 
 local view = require "backoff.fleet.view"
 local store = require "backoff.store"
@@ -29,9 +32,18 @@ local function word(self)
   return w
 end
 
+-- a request this host could not send while the fleet has a word: its
+-- demand for one interval, which lets it campaign for prober
+local function demand(self)
+  local fl = self.fleet
+  fl.dict:set(self.dk, 1, fl.interval)
+  return false
+end
+
+-- the fleet refused (g.refusals counts these only)
 local function refused(self)
   self.refusals = self.refusals + 1
-  return false
+  return demand(self)
 end
 
 --- g:allow() -> as br:allow(); false while the fleet is open, unless
@@ -41,6 +53,7 @@ function Guard:allow()
   local w = word(self)
   if w == "open" then return refused(self) end
   local ok, ticket = self.br:allow()
+  if not ok and w then return demand(self) end
   if not ok or w ~= "probe" or type(ticket) == "table" then
     return ok, ticket
   end
@@ -58,12 +71,17 @@ function Guard:allows()
 end
 
 -- the host's failures in a row (all workers; they expire
--- suspect_window after the first): a suspect vote at `suspect`
+-- suspect_window after the first): a suspect vote at `suspect`; and
+-- its last failure, fresh for suspect_window: without one, the host's
+-- own open breaker is no vote (a host without traffic has no evidence)
 local function streak(self, ok)
   local fl = self.fleet
   if ok then
     if fl.dict:get(self.nk) ~= nil then fl.dict:delete(self.nk) end
-  elseif fl.suspect > 0 then
+    return
+  end
+  fl.dict:set(self.ek, 1, fl.suspect_window)
+  if fl.suspect > 0 then
     store.incr(fl.dict, self.nk, 1, 0, fl.suspect_window)
   end
 end
@@ -113,7 +131,8 @@ function G.new(fleet, br)
   return setmetatable({ fleet = fleet, br = br, name = name,
     probing = false,
     fk = view.key(k, name), qk = k .. "|Q" .. name,
-    rk = k .. "|R" .. name, nk = k .. "|N" .. name, refusals = 0 }, Guard)
+    rk = k .. "|R" .. name, nk = k .. "|N" .. name,
+    ek = k .. "|E" .. name, dk = k .. "|D" .. name, refusals = 0 }, Guard)
 end
 
 return G

@@ -15,9 +15,14 @@
 -- suspect votes >= need_s (a larger quorum of a fleet's quiet hosts),
 -- and then stays open (key o) until the prober's success closes it, or
 -- max_open after the prober's last failure (then the votes decide
--- again).  Any host may be the prober (the first to sync once the role
--- is free).  The prober's success marks the fleet closed (key c) for
--- cttl: no vote counts meanwhile.
+-- again).  A host with demand (a request refused in its last interval)
+-- may be the prober (the first to sync once the role is free); the
+-- tenure ends at one of the prober's own syncs, and a prober that made
+-- no probe in it is not elected for the next (key x).  The prober's
+-- success marks the fleet closed (key c) for cttl: no vote counts
+-- meanwhile.  A host's vote is its own breaker open or half-open with a
+-- failure in its last suspect_window (the host decides; stale evidence
+-- is no vote).
 --
 -- Keys (P: the fleet's `prefix`; B: a breaker's key; b: the bucket,
 -- floor(Redis' time in ms / interval in ms)):
@@ -25,14 +30,18 @@
 --   P b:B:v:<b>      set: the hosts whose own breaker B is not closed
 --   P b:B:s:<b>      set: the hosts with `suspect` failures in a row
 --   P b:B:o          string: the fleet is open (since, ms)
---   P b:B:p          string: the host that probes for the fleet
+--   P b:B:p          string: the host that probes for the fleet,
+--                    "<end of its tenure, ms>|<1: it probed>|<host>"
+--   P b:B:x          string: the prober that made no probe in its last
+--                    tenure (not elected for the next)
 --   P b:B:c          string: the ms at which the prober's probe closed
 --                    the fleet (no vote counts while it lives)
 --   P g:G:x:<b>      string: the retries made, summed over the hosts'
 --                    pushes in bucket b, for budget G (fl:budget)
 --   P g:G:y:<b>      string: the same for the retries that succeeded
 -- Every key expires: sets and counts after 3 intervals, o after
--- max_open, p after `tenure`, c after cttl.  A key of another type,
+-- max_open, p after `tenure` + 3 intervals (a prober that stops
+-- syncing), x after `tenure`, c after cttl.  A key of another type,
 -- without an expiry or with a longer one than ours, or a count that is
 -- not a whole number from 0 to 10^12, is foreign: deleted, named in the
 -- reply, and the host logs it.
@@ -79,29 +88,70 @@ fit(hk, 'set', ttl) fit(hp, 'set', ttl)
 put(hk, true)
 local hosts = math.max(redis.call('SCARD', hk), redis.call('SCARD', hp))
 local out = { hosts }
+-- the prober's key: "<end of tenure, ms>|<1: it probed>|<host>"
+local function prober(pk)
+  local v = redis.call('GET', pk)
+  if not v then return nil end
+  local e, d, who = string.match(v, '^(%d+)|([01])|(.+)$')
+  if not e or tonumber(e) > now + tenure then
+    redis.call('DEL', pk)
+    foreign[#foreign + 1] = pk
+    return nil
+  end
+  return who, tonumber(e), d
+end
+-- while the fleet is open: the prober's tenure ends at one of its own
+-- syncs (its view says so at once, so no two hosts probe at a time);
+-- a prober that made no probe is not elected for the next tenure; a
+-- host campaigns only with demand (a request refused since its last
+-- sync): the role goes to a host with requests to probe with
+local function elect(pk, xk, who, e, d, demand)
+  if who == host then
+    if now < e then return 1 end
+    redis.call('DEL', pk)
+    if d ~= '1' then redis.call('SET', xk, host, 'PX', tenure) end
+    who = nil
+  end
+  if who or demand ~= '1' or redis.call('GET', xk) == host then
+    return 0
+  end
+  if redis.call('SET', pk, (now + tenure) .. '|0|' .. host, 'NX', 'PX',
+                tenure + ttl) then
+    return 1
+  end
+  return 0
+end
 local nb = tonumber(ARGV[11])
 local i = 12
-while i < 12 + 3 * nb do
+while i < 12 + 4 * nb do
   local name, st, res = ARGV[i], ARGV[i + 1], ARGV[i + 2]
-  i = i + 3
+  local demand = ARGV[i + 3]
+  i = i + 4
   local pre = P .. 'b:' .. name .. ':'
   local vk, vp = pre .. 'v:' .. b, pre .. 'v:' .. (b - 1)
   local sk, sp = pre .. 's:' .. b, pre .. 's:' .. (b - 1)
   local ok, pk, ck = pre .. 'o', pre .. 'p', pre .. 'c'
+  local xk = pre .. 'x'
   fit(vk, 'set', ttl) fit(vp, 'set', ttl)
   fit(sk, 'set', ttl) fit(sp, 'set', ttl)
-  fit(ok, 'string', max_open) fit(pk, 'string', tenure)
-  fit(ck, 'string', cttl)
+  fit(ok, 'string', max_open) fit(pk, 'string', tenure + ttl)
+  fit(ck, 'string', cttl) fit(xk, 'string', tenure)
   local vote, sus = st == 'o' or st == 'h', st == 's'
   put(vk, vote) put(sk, sus)
   if not vote then redis.call('SREM', vp, host) end
   if not sus then redis.call('SREM', sp, host) end
-  local p = redis.call('GET', pk)
-  if res == '1' and (not p or p == host) then
+  local who, e, d = prober(pk)
+  if res == '1' and (not who or who == host) then
     redis.call('SET', ck, now, 'PX', cttl)
-    redis.call('DEL', ok, pk, vk, vp, sk, sp)
-  elseif res == '2' and p == host then
+    redis.call('DEL', ok, pk, vk, vp, sk, sp, xk)
+    who = nil
+  elseif res == '2' and who == host then
     redis.call('PEXPIRE', ok, max_open)
+  end
+  if who == host and res ~= '0' and d ~= '1' then
+    d = '1'
+    redis.call('SET', pk, e .. '|1|' .. host, 'PX',
+               math.max(1, redis.call('PTTL', pk)))
   end
   local votes, sv = count(vk, vp, hosts), count(sk, sp, hosts)
   local need = math.max(minq, math.ceil(share * hosts))
@@ -113,10 +163,7 @@ while i < 12 + 3 * nb do
     if open then redis.call('SET', ok, now, 'NX', 'PX', max_open) end
   end
   local probe = 0
-  if open then
-    if redis.call('SET', pk, host, 'NX', 'PX', tenure)
-       or redis.call('GET', pk) == host then probe = 1 end
-  end
+  if open then probe = elect(pk, xk, who, e, d, demand) end
   out[#out + 1] = open and 1 or 0
   out[#out + 1] = probe
   out[#out + 1] = votes
@@ -178,7 +225,8 @@ end
 -- keys, then ARGV.  o: prefix, host, interval, tenure, share, min,
 -- sshare, mins, max_open, cttl (seconds); list: { name, state ("c",
 -- "o", "h", "s"), res ("0", "1": the fleet's probe succeeded, "2": it
--- failed) } per breaker; buds: { name, retries, saved (counts >= 0:
+-- failed), demand (true: a request refused in the last interval) } per
+-- breaker; buds: { name, retries, saved (counts >= 0:
 -- the retries this host made since its last push, and those that
 -- succeeded) } per budget
 function M.args(o, list, buds)
@@ -190,6 +238,7 @@ function M.args(o, list, buds)
     a[#a + 1] = b.name
     a[#a + 1] = b.state
     a[#a + 1] = b.res or "0"
+    a[#a + 1] = b.demand and "1" or "0"
   end
   for _, g in ipairs(buds) do
     a[#a + 1] = g.name
