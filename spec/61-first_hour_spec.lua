@@ -230,6 +230,7 @@ describe("a hedge delay", function()
     local ok, err = pcall(hedge.latency, { min_delay = 5, shared = false })
     assert.is_false(ok)
     assert.matches("option 'min_delay'", err, 1, true)
+    assert.matches("times are seconds (0.005 for 5 ms)", err, 1, true)
   end)
 end)
 

@@ -271,8 +271,11 @@ end
 local function new(opts)
   local o = options(opts)
   if o.min_delay > o.max_delay then
+    -- 5 for 5 ms is the likely slip: say the seconds it was meant as
     raise(CTOR .. ": option 'min_delay' must be <= max_delay (got "
-          .. repr(o.min_delay) .. " > " .. repr(o.max_delay) .. ")")
+          .. repr(o.min_delay) .. " > " .. repr(o.max_delay) .. "); times "
+          .. "are seconds (" .. o.min_delay / 1000 .. " for "
+          .. repr(o.min_delay) .. " ms)")
   end
   local self = { percentile = o.percentile, min_delay = o.min_delay,
     max_delay = o.max_delay, span = o.span, min_samples = o.min_samples,
