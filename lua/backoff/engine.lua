@@ -100,7 +100,16 @@ end
 local function timed_start(f, policy, b, now)
   if not b and f.eager then b = policy:clone(now) end
   if b then return now - b:elapsed(now), b:timeout(), b end
-  return now, first_timeout(policy), b
+  -- a template's first timeout is the same for every run (drawn from a
+  -- copy of its state; eager ones, drawn by a random function, have an
+  -- object by now): read once, kept with its facts, so that the happy
+  -- path makes no C call (one would end LuaJIT's trace)
+  local ft = f.first_timeout
+  if ft == nil then
+    ft = first_timeout(policy) or false
+    f.first_timeout = ft
+  end
+  return now, ft or nil, b
 end
 
 --- E.start(door, policy, f, b, ropts) -> t0, timeout, b, now, ticket |
