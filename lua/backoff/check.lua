@@ -278,7 +278,8 @@ M.distance = distance
 -- the known name closest to a misspelt one (one edit, or one per five
 -- letters: 'retries' is not 'metrics'), or nil
 local function closest(k, known)
-  if type(k) ~= "string" or not known then return nil end
+  -- (a long key is no misspelling: and its distances would cost)
+  if type(k) ~= "string" or not known or #k > 48 then return nil end
   local best, most = nil, math.max(1, math.floor(#k / 5))
   local names = {}
   for name in pairs(known) do
