@@ -18,12 +18,7 @@ local here = debug.getinfo(1, "S").source:match("^@(.-)[^/]*$") or "./"
 local model = dofile(here .. "outage_model.lua")
 local fake = dofile(here .. "../spec/fleet_fake_redis.lua")
 
-local function runner_cost(err, _, bud)
-  if err == "throttle" and bud.throttle_cost then
-    return bud:throttle_cost()
-  end
-  if err == "timeout" and bud.timeout_cost then return bud:timeout_cost() end
-end
+local runner_cost = model.runner_cost   -- as backoff.retry pays
 
 -- a setting: the recommended budget per host, with the fleet or not.
 -- The hosts' timers: each host syncs at k x interval + its phase; at

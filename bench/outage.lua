@@ -114,16 +114,8 @@ local function policy_of(name, attempts)
   return p
 end
 
--- the runner's cost of a retry (doc/budget.md, "With backoff.retry"):
--- after a hint (the brownout's Retry-After) bud:throttle_cost(), after
--- a timeout bud:timeout_cost(), when the budget has them; else nil,
--- the budget's own
-local function runner_cost(err, _, bud)
-  if err == "throttle" and bud.throttle_cost then
-    return bud:throttle_cost()
-  end
-  if err == "timeout" and bud.timeout_cost then return bud:timeout_cost() end
-end
+-- the runner's cost of a retry (bench/outage_model.lua)
+local runner_cost = model.runner_cost
 
 -- AWS standard mode: ropts.retry_cost = budget.aws_cost
 local function aws_cost(err) return budget.aws_cost(err) end

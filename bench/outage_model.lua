@@ -487,5 +487,17 @@ local function simulate(params, event, setting)
   }
 end
 
+-- the runner's cost of a retry (doc/budget.md, "With backoff.retry"):
+-- after a hint (the brownout's Retry-After) bud:throttle_cost(), after
+-- a timeout bud:timeout_cost(), when the budget has them; else nil,
+-- the budget's own.  A setting's `cost`, for the drivers that pay as
+-- backoff.retry pays (bench/outage.lua, bench/fleet_budget.lua)
+local function runner_cost(err, _, bud)
+  if err == "throttle" and bud.throttle_cost then
+    return bud:throttle_cost()
+  end
+  if err == "timeout" and bud.timeout_cost then return bud:timeout_cost() end
+end
+
 return { simulate = simulate, defaults = DEFAULTS, generator = generator,
-         new_dict = new_dict }
+         new_dict = new_dict, runner_cost = runner_cost }
